@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs every Debian package tern's build, tests, fuzzing and benchmarks need. Idempotent.
+set -euo pipefail
+PKGS=(build-essential cmake ninja-build pkg-config git
+      nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
+      libpcre2-dev libutf8proc-dev libomp-dev clang libclang-rt-14-dev python3 tmux)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# test.sh: installs dependencies, builds tern and runs the whole test suite: the Release build, then the
+# AddressSanitizer + UBSan build, then each libFuzzer target for a short fixed time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+jobs=$(nproc)
+
+echo "== release build and tests"
+bash scripts/build.sh build
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== sanitizer build (ASan + UBSan) and tests"
+bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTERN_SANITIZE=ON -DTERN_BENCH=OFF
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
+
+if [ -d fuzz ] && ls fuzz/*.cpp >/dev/null 2>&1; then
+  echo "== fuzzing (libFuzzer, fixed time per target)"
+  bash scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
+fi

@@ -1,0 +1,84 @@
+#include "core/cpu.h"
+
+#include <cpuid.h>
+
+namespace tern {
+
+static CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(1, 0, &a, &b, &c, &d)) return f;
+  f.fma = c & (1u << 12);
+  f.f16c = c & (1u << 29);
+  const bool osxsave = c & (1u << 27);
+  unsigned long long xcr0 = 0;
+  if (osxsave) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = (static_cast<unsigned long long>(hi) << 32) | lo;
+  }
+  const bool ymm_ok = (xcr0 & 0x6) == 0x6;
+  const bool zmm_ok = (xcr0 & 0xe6) == 0xe6;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  f.avx2 = ymm_ok && (b & (1u << 5));
+  f.bmi2 = b & (1u << 8);
+  f.avx512f = zmm_ok && (b & (1u << 16));
+  f.avx512dq = zmm_ok && (b & (1u << 17));
+  f.avx512bw = zmm_ok && (b & (1u << 30));
+  f.avx512vl = zmm_ok && (b & (1u << 31));
+  f.avx512vnni = zmm_ok && (c & (1u << 11));
+  unsigned a1, b1, c1, d1;
+  if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avx512bf16 = zmm_ok && (a1 & (1u << 5));
+  if (!ymm_ok) f.fma = f.f16c = false;
+  return f;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+std::string CpuFeatures::summary() const {
+  std::string s;
+  auto add = [&](bool on, const char* n) {
+    if (on) s += (s.empty() ? "" : " "), s += n;
+  };
+  add(avx2, "avx2");
+  add(fma, "fma");
+  add(f16c, "f16c");
+  add(avx512f, "avx512f");
+  add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
+  add(avx512vnni, "avx512vnni");
+  add(avx512bf16, "avx512bf16");
+  return s.empty() ? "baseline x86-64" : s;
+}
+
+bool isa_supported(Isa isa) {
+  const CpuFeatures& f = cpu_features();
+  switch (isa) {
+    case Isa::kRef: return true;
+    case Isa::kAvx2: return f.avx2 && f.fma && f.f16c && f.bmi2;
+    case Isa::kAvx512:
+      return isa_supported(Isa::kAvx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni &&
+             f.avx512bf16;
+  }
+  return false;
+}
+
+Isa best_isa() {
+  if (isa_supported(Isa::kAvx512)) return Isa::kAvx512;
+  if (isa_supported(Isa::kAvx2)) return Isa::kAvx2;
+  return Isa::kRef;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kRef: return "ref";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+}  // namespace tern
