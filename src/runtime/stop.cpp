@@ -1,0 +1,29 @@
+#include "runtime/stop.h"
+
+#include <algorithm>
+
+namespace tern::runtime {
+
+StopMatch find_stop(const std::string& text, const std::vector<std::string>& stops) {
+  StopMatch m;
+  size_t first = std::string::npos;
+  for (const auto& s : stops) {
+    if (s.empty()) continue;
+    size_t p = text.find(s);
+    if (p != std::string::npos) first = std::min(first, p);
+  }
+  if (first != std::string::npos) return {true, first};
+  // Hold back the longest suffix of text that is a proper prefix of some stop string.
+  size_t hold = 0;
+  for (const auto& s : stops) {
+    for (size_t k = std::min(s.size() - (s.empty() ? 0 : 1), text.size()); k > hold; --k)
+      if (text.compare(text.size() - k, k, s, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+  }
+  m.emit_upto = text.size() - hold;
+  return m;
+}
+
+}  // namespace tern::runtime

@@ -1,0 +1,17 @@
+// Stop strings: finds the earliest stop string in generated text and tells how much text is safe to emit now
+// (text that could still become the start of a stop string is held back).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace tern::runtime {
+
+struct StopMatch {
+  bool stopped = false;
+  size_t emit_upto = 0;  // bytes of `text` that may be emitted
+};
+
+// text: everything generated so far. Returns where to cut if a stop string occurs, else the safe emit length.
+StopMatch find_stop(const std::string& text, const std::vector<std::string>& stops);
+
+}  // namespace tern::runtime
