@@ -1,0 +1,52 @@
+#include "models/blocks/attention.h"
+
+#include <cmath>
+
+#include "models/qwen35moe/state.h"
+#include "ops/attention.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+
+namespace tern::models {
+
+void attention_block(const qwen35moe::Config& c, const qwen35moe::AttentionWeights& w, int layer,
+                     const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
+                     AttentionScratch& s, const TensorDump& dump) {
+  const int64_t hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
+  float* qg = grow(s.qg, n_rows * 2 * q_dim);
+  float* k = grow(s.k, n_rows * kv_dim);
+  float* v = grow(s.v, n_rows * kv_dim);
+  float* q = grow(s.q, n_rows * q_dim);
+  float* gate = grow(s.gate, n_rows * q_dim);
+  float* out = grow(s.out, n_rows * q_dim);
+  apply(w.wq, x, n_rows, qg);
+  apply(w.wk, x, n_rows, k);
+  apply(w.wv, x, n_rows, v);
+  ops::split_q_gate(qg, n_rows, c.n_head, hd, q, gate);
+  ops::rms_norm(q, w.q_norm.data(), q, n_rows * c.n_head, hd, c.rms_eps);
+  ops::rms_norm(k, w.k_norm.data(), k, n_rows * c.n_head_kv, hd, c.rms_eps);
+  dump("Qcur_normed", layer, q, {n_rows, c.n_head, hd});
+  dump("Kcur_normed", layer, k, {n_rows, c.n_head_kv, hd});
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (const Segment& sg : segs) {
+    const int64_t n = sg.n_tokens, p0 = sg.state->n_past();
+    if (static_cast<int64_t>(s.pos.size()) < n) s.pos.resize(static_cast<size_t>(n));
+    int32_t* pos = s.pos.data();
+    for (int64_t t = 0; t < n; ++t) pos[t] = static_cast<int32_t>(p0 + t);
+    float* qs = q + sg.row0 * q_dim;
+    float* ks = k + sg.row0 * kv_dim;
+    ops::rope_neox(qs, n, c.n_head, hd, c.n_rot, pos, c.rope_freq_base);
+    ops::rope_neox(ks, n, c.n_head_kv, hd, c.n_rot, pos, c.rope_freq_base);
+    const ops::KvCacheView kv = sg.state->kv(layer);
+    ops::kv_store(kv, ks, v + sg.row0 * kv_dim, n, p0);
+    ops::attention_causal(qs, n, c.n_head, kv, p0, scale, out + sg.row0 * q_dim);
+  }
+  dump("attn_pregate", layer, out, {n_rows, q_dim});
+  ops::apply_sigmoid_gate(out, gate, n_rows * q_dim);
+  dump("attn_gated", layer, out, {n_rows, q_dim});
+  apply(w.wo, out, n_rows, y);
+  dump("attn_output", layer, y, {n_rows, c.n_embd});
+}
+
+}  // namespace tern::models

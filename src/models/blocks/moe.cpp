@@ -1,0 +1,71 @@
+#include "models/blocks/moe.h"
+
+#include <cstring>
+
+#include "ops/activation.h"
+#include "ops/moe.h"
+
+namespace tern::models {
+
+void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, int layer, const float* x,
+               int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump) {
+  const int64_t E = c.n_expert, K = c.n_expert_used, D = c.n_embd, F = c.n_ff_exp;
+  float* logits = grow(s.logits, n_rows * E);
+  float* wts = grow(s.weights, n_rows * K);
+  if (static_cast<int64_t>(s.ids.size()) < n_rows * K) s.ids.resize(static_cast<size_t>(n_rows * K));
+  apply(w.router, x, n_rows, logits);
+  dump("ffn_moe_logits", layer, logits, {n_rows, E});
+  ops::moe_route_softmax_topk(logits, n_rows, E, K, s.ids.data(), wts);
+
+  // Group (token, slot) pairs by expert; run each expert once over its tokens.
+  s.by_expert.resize(static_cast<size_t>(E));
+  for (auto& b : s.by_expert) b.clear();
+  for (int64_t i = 0; i < n_rows * K; ++i) s.by_expert[s.ids[i]].push_back(static_cast<int32_t>(i));
+  float* slots = grow(s.slots, n_rows * K * D);  // [n_rows, K, D] each expert's output for each slot
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& members = s.by_expert[e];
+    const int64_t m = static_cast<int64_t>(members.size());
+    if (m == 0) continue;
+    float* xe = grow(s.xe, m * D);
+    float* ge = grow(s.ge, m * F);
+    float* ue = grow(s.ue, m * F);
+    float* de = grow(s.de, m * D);
+    for (int64_t r = 0; r < m; ++r) std::memcpy(xe + r * D, x + (members[r] / K) * D, D * sizeof(float));
+    apply(w.expert_gate(e, F), xe, m, ge);
+    apply(w.expert_up(e, F), xe, m, ue);
+    ops::swiglu(ge, ue, ge, m * F);
+    apply(w.expert_down(e, D), ge, m, de);
+    for (int64_t r = 0; r < m; ++r) std::memcpy(slots + static_cast<int64_t>(members[r]) * D, de + r * D, D * sizeof(float));
+  }
+  for (int64_t t = 0; t < n_rows; ++t) {
+    float* yt = y + t * D;
+    std::memset(yt, 0, D * sizeof(float));
+    for (int64_t k = 0; k < K; ++k) {
+      const float wk = wts[t * K + k];
+      const float* sl = slots + (t * K + k) * D;
+      for (int64_t d = 0; d < D; ++d) yt[d] += wk * sl[d];
+    }
+  }
+  dump("ffn_moe_out", layer, y, {n_rows, D});
+
+  if (c.n_ff_shexp > 0) {
+    const int64_t Fs = c.n_ff_shexp;
+    float* sg = grow(s.sg, n_rows * Fs);
+    float* su = grow(s.su, n_rows * Fs);
+    float* sd = grow(s.sd, n_rows * D);
+    float* gate = grow(s.sgate, n_rows);
+    apply(w.gate_shexp, x, n_rows, sg);
+    apply(w.up_shexp, x, n_rows, su);
+    ops::swiglu(sg, su, sg, n_rows * Fs);
+    apply(w.down_shexp, sg, n_rows, sd);
+    dump("ffn_shexp", layer, sd, {n_rows, D});
+    apply(w.shexp_gate, x, n_rows, gate);
+    for (int64_t t = 0; t < n_rows; ++t) {
+      const float gt = ops::sigmoid(gate[t]);
+      for (int64_t d = 0; d < D; ++d) y[t * D + d] += gt * sd[t * D + d];
+    }
+  }
+  dump("ffn_out", layer, y, {n_rows, D});
+}
+
+}  // namespace tern::models

@@ -1,0 +1,22 @@
+// Qwen3.5-MoE FFN (contract section 9): softmax router, top-k renormalised, SwiGLU experts run over the batch's
+// tokens grouped by expert, plus the sigmoid-gated shared expert. Each token's expert outputs are summed in
+// its top-k order, so its result never depends on the other tokens in the batch.
+#pragma once
+#include <vector>
+
+#include "models/blocks/batch.h"
+#include "models/dump.h"
+#include "models/qwen35moe/weights.h"
+
+namespace tern::models {
+
+struct MoeScratch {
+  std::vector<float> logits, weights, xe, ge, ue, de, slots, sg, su, sd, sgate;
+  std::vector<int32_t> ids;
+  std::vector<std::vector<int32_t>> by_expert;  // [n_expert] -> list of token * n_used + slot
+};
+
+void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, int layer, const float* x,
+               int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump);
+
+}  // namespace tern::models

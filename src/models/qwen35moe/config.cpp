@@ -1,0 +1,104 @@
+#include "models/qwen35moe/config.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+
+namespace tern::models::qwen35moe {
+
+int64_t Config::n_attention_layers() const {
+  return std::count(layer_kind.begin(), layer_kind.end(), LayerKind::kAttention);
+}
+
+namespace {
+
+// Sane upper bounds, so a lying file cannot ask for absurd allocations before tensor shapes are checked.
+constexpr int64_t kMaxLayers = 4096, kMaxWidth = 1 << 20, kMaxHeads = 4096, kMaxExperts = 1 << 16;
+
+struct Reader {
+  const gguf::File& f;
+  std::string arch;
+  std::string key(const char* k) const { return arch + "." + k; }
+  int64_t req(const char* k, int64_t lo, int64_t hi) const {
+    std::string name = key(k);
+    int64_t v = static_cast<int64_t>(f.get_u64(name));
+    if (v < lo || v > hi) fail("%s: key %s = %lld, expected %lld..%lld", f.name().c_str(), name.c_str(),
+                               static_cast<long long>(v), static_cast<long long>(lo), static_cast<long long>(hi));
+    return v;
+  }
+  int64_t opt(const char* k, int64_t dflt, int64_t lo, int64_t hi) const {
+    return f.find(key(k)) ? req(k, lo, hi) : dflt;
+  }
+};
+
+}  // namespace
+
+Config Config::from_gguf(const gguf::File& f) {
+  Config c;
+  c.arch = std::string(f.get_str("general.architecture"));
+  if (c.arch != "qwen35moe")
+    fail("%s: architecture '%s' is not supported (supported: qwen35moe)", f.name().c_str(), c.arch.c_str());
+  Reader r{f, c.arch};
+  const int64_t n_block = r.req("block_count", 1, kMaxLayers);
+  c.n_nextn = r.opt("nextn_predict_layers", 0, 0, n_block - 1);
+  c.n_layer = n_block - c.n_nextn;
+  c.n_embd = r.req("embedding_length", 1, kMaxWidth);
+  c.n_ctx_train = r.opt("context_length", 4096, 1, int64_t(1) << 31);
+  c.rms_eps = f.get_f32(r.key("attention.layer_norm_rms_epsilon"));
+  if (!(c.rms_eps > 0.0f && c.rms_eps < 1.0f))
+    fail("%s: key %s = %g, expected a value in (0, 1)", f.name().c_str(),
+         r.key("attention.layer_norm_rms_epsilon").c_str(), c.rms_eps);
+
+  c.n_head = r.req("attention.head_count", 1, kMaxHeads);
+  c.n_head_kv = r.req("attention.head_count_kv", 1, c.n_head);
+  if (c.n_head % c.n_head_kv != 0)
+    fail("%s: attention.head_count %lld is not a multiple of head_count_kv %lld", f.name().c_str(),
+         static_cast<long long>(c.n_head), static_cast<long long>(c.n_head_kv));
+  c.head_dim = r.req("attention.key_length", 1, kMaxWidth);
+  const int64_t v_len = r.opt("attention.value_length", c.head_dim, 1, kMaxWidth);
+  if (v_len != c.head_dim)
+    fail("%s: attention.value_length %lld != key_length %lld (tern needs equal head sizes)", f.name().c_str(),
+         static_cast<long long>(v_len), static_cast<long long>(c.head_dim));
+  c.n_rot = r.opt("rope.dimension_count", c.head_dim, 2, c.head_dim);
+  if (c.n_rot % 2) fail("%s: rope.dimension_count %lld must be even", f.name().c_str(), static_cast<long long>(c.n_rot));
+  c.rope_freq_base = f.opt_f32(r.key("rope.freq_base")).value_or(10000.0f);
+  if (!(c.rope_freq_base > 0.0f)) fail("%s: rope.freq_base must be > 0", f.name().c_str());
+
+  c.conv_kernel = r.req("ssm.conv_kernel", 1, 64);
+  c.head_k_dim = r.req("ssm.state_size", 1, kMaxWidth);
+  c.n_k_heads = r.req("ssm.group_count", 1, kMaxHeads);
+  c.n_v_heads = r.req("ssm.time_step_rank", 1, kMaxHeads);
+  const int64_t d_inner = r.req("ssm.inner_size", 1, kMaxWidth * 16);
+  if (c.n_v_heads % c.n_k_heads != 0 || d_inner % c.n_v_heads != 0)
+    fail("%s: ssm.time_step_rank %lld must be a multiple of ssm.group_count %lld and divide ssm.inner_size %lld",
+         f.name().c_str(), static_cast<long long>(c.n_v_heads), static_cast<long long>(c.n_k_heads),
+         static_cast<long long>(d_inner));
+  c.head_v_dim = d_inner / c.n_v_heads;
+
+  c.n_expert = r.req("expert_count", 1, kMaxExperts);
+  c.n_expert_used = r.req("expert_used_count", 1, c.n_expert);
+  c.n_ff_exp = r.req("expert_feed_forward_length", 1, kMaxWidth);
+  c.n_ff_shexp = r.opt("expert_shared_feed_forward_length", 0, 0, kMaxWidth);
+
+  // Layer kinds: an explicit recurrent-layer list wins, else the interval rule (i+1) % interval == 0.
+  c.layer_kind.assign(static_cast<size_t>(c.n_layer), LayerKind::kDeltaNet);
+  if (const gguf::Value* rl = f.find(r.key("attention.recurrent_layers"))) {
+    if (!rl->is_array() || rl->array_size() < static_cast<uint64_t>(c.n_layer))
+      fail("%s: key %s must be an array of at least %lld flags", f.name().c_str(),
+           r.key("attention.recurrent_layers").c_str(), static_cast<long long>(c.n_layer));
+    for (int64_t i = 0; i < c.n_layer; ++i)
+      c.layer_kind[i] = rl->array_i64(i) ? LayerKind::kDeltaNet : LayerKind::kAttention;
+  } else {
+    const int64_t interval = r.opt("full_attention_interval", 4, 1, kMaxLayers);
+    for (int64_t i = 0; i < c.n_layer; ++i)
+      if ((i + 1) % interval == 0) c.layer_kind[i] = LayerKind::kAttention;
+  }
+
+  // Vocabulary size: the embedding's row count (checked against the tensor in weights).
+  const gguf::TensorInfo& emb = f.get_tensor("token_embd.weight");
+  c.n_vocab = emb.ne[1];
+  return c;
+}
+
+}  // namespace tern::models::qwen35moe

@@ -1,0 +1,48 @@
+// Qwen3.5/3.6-MoE hyper-parameters (GGUF arch "qwen35moe"), read from GGUF keys and validated; contract:
+// shared/spec/qwen35moe.md sections 1-2. Layer kind is data (layer_kind[i]), never inferred from tensors.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tern::gguf {
+class File;
+}
+
+namespace tern::models::qwen35moe {
+
+enum class LayerKind { kDeltaNet, kAttention };
+
+struct Config {
+  std::string arch;        // "qwen35moe"
+  int64_t n_layer = 0;     // trunk layers (block_count minus nextn_predict_layers)
+  int64_t n_nextn = 0;     // MTP blocks appended after the trunk (loaded as present-but-unused)
+  int64_t n_embd = 0;
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;
+  float rms_eps = 1e-6f;
+
+  // Gated full attention.
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  float rope_freq_base = 10000.0f;
+
+  // Gated DeltaNet.
+  int64_t conv_kernel = 0;   // ssm.conv_kernel (4)
+  int64_t head_k_dim = 0;    // ssm.state_size (128)
+  int64_t n_k_heads = 0;     // ssm.group_count (16)
+  int64_t n_v_heads = 0;     // ssm.time_step_rank (32)
+  int64_t head_v_dim = 0;    // ssm.inner_size / n_v_heads (128)
+  int64_t conv_dim() const { return 2 * n_k_heads * head_k_dim + n_v_heads * head_v_dim; }
+  int64_t value_dim() const { return n_v_heads * head_v_dim; }
+
+  // MoE.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+
+  std::vector<LayerKind> layer_kind;  // [n_layer]
+  int64_t n_attention_layers() const;
+  int64_t n_deltanet_layers() const { return n_layer - n_attention_layers(); }
+
+  static Config from_gguf(const gguf::File& f);  // throws Error naming the file and key
+};
+
+}  // namespace tern::models::qwen35moe

@@ -1,0 +1,44 @@
+// The Qwen3.5-MoE forward pass over a batch of sequences (each with its own state): embeddings, the layer
+// loop (RMSNorm -> DeltaNet or gated attention -> residual -> RMSNorm -> MoE -> residual), final norm and
+// LM head. Reads like contract section 6; the blocks live in models/blocks/.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "models/blocks/attention.h"
+#include "models/blocks/deltanet.h"
+#include "models/blocks/moe.h"
+#include "models/dump.h"
+#include "models/qwen35moe/state.h"
+#include "models/qwen35moe/weights.h"
+
+namespace tern::models::qwen35moe {
+
+struct SeqInput {
+  SequenceState* state = nullptr;
+  std::vector<int32_t> tokens;  // new tokens, appended at state->n_past()
+  bool all_logits = false;      // logits for every new token (teacher forcing) or only the last
+};
+
+class Forward {
+ public:
+  explicit Forward(const Model& model, TensorDump dump = {});
+
+  // Runs one forward over every sequence's new tokens and advances their states. Returns logits rows
+  // [n_out, n_vocab] in sequence order (all rows or the last row of each sequence). Throws Error (without
+  // touching any state) if a token id is out of range or a sequence would pass its context size.
+  const std::vector<float>& run(std::vector<SeqInput>& batch);
+
+ private:
+  void layer(int il, const std::vector<Segment>& segs, int64_t n_rows);
+
+  const Model& model_;
+  const Config& c_;
+  TensorDump dump_;
+  std::vector<float> x_, cur_, mix_, out_rows_, logits_;
+  AttentionScratch attn_;
+  DeltaNetScratch dn_;
+  MoeScratch moe_;
+};
+
+}  // namespace tern::models::qwen35moe

@@ -1,0 +1,186 @@
+#include "models/qwen35moe/weights.h"
+
+#include <set>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "quant/convert.h"
+#include "quant/kernels.h"
+
+namespace tern::models::qwen35moe {
+
+namespace {
+
+class Loader {
+ public:
+  Loader(const gguf::File& f) : f_(f) {}
+
+  const gguf::TensorInfo& tensor(const std::string& name, std::vector<int64_t> shape) {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    if (!t) fail("%s: missing tensor '%s'", f_.name().c_str(), name.c_str());
+    check_shape(*t, shape);
+    used_.insert(name);
+    return *t;
+  }
+  const gguf::TensorInfo* optional(const std::string& name, std::vector<int64_t> shape) {
+    return f_.find_tensor(name) ? &tensor(name, std::move(shape)) : nullptr;
+  }
+
+  // A matrix {n_in, n_out[, n_expert]} used through the matmul kernels.
+  Linear linear(const std::string& name, std::vector<int64_t> shape) { return to_linear(tensor(name, shape), name); }
+  Linear to_linear(const gguf::TensorInfo& t, const std::string& name) {
+    if (!quant::has_kernels(t.type))
+      fail("%s: tensor '%s' has type %s, which tern cannot compute with", f_.name().c_str(), name.c_str(),
+           quant::type_name(t.type));
+    Linear l;
+    l.type = t.type;
+    l.data = t.data;
+    l.n_in = t.ne[0];
+    l.n_out = t.ne[1] * t.ne[2] * t.ne[3];
+    l.row_bytes = quant::row_size(quant::traits(t.type), t.ne[0]);
+    l.name = name;
+    return l;
+  }
+  // A small tensor dequantized to f32 (norms, biases, conv taps).
+  std::vector<float> vec(const std::string& name, std::vector<int64_t> shape) {
+    const gguf::TensorInfo& t = tensor(name, shape);
+    std::vector<float> out(static_cast<size_t>(t.n_elements));
+    quant::dequantize_row(t.type, t.data, out.data(), t.n_elements);
+    return out;
+  }
+  std::vector<std::string> unused() const {
+    std::vector<std::string> u;
+    for (const auto& t : f_.tensors())
+      if (!used_.count(std::string(t.name))) u.emplace_back(t.name);
+    return u;
+  }
+  const gguf::File& file() const { return f_; }
+
+ private:
+  void check_shape(const gguf::TensorInfo& t, const std::vector<int64_t>& shape) const {
+    bool ok = true;
+    for (size_t i = 0; i < 4; ++i) ok &= t.ne[i] == (i < shape.size() ? shape[i] : 1);
+    if (!ok) {
+      std::string want = "[";
+      for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
+      fail("%s: tensor '%.*s': shape %s, expected %s]", f_.name().c_str(), static_cast<int>(t.name.size()),
+           t.name.data(), t.shape_str().c_str(), want.c_str());
+    }
+  }
+  const gguf::File& f_;
+  std::set<std::string> used_;
+};
+
+std::string blk(int64_t i, const char* name) { return "blk." + std::to_string(i) + "." + name; }
+
+void load_attention(Loader& L, const Config& c, int64_t i, AttentionWeights& a) {
+  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  if (const auto* qkv = L.optional(blk(i, "attn_qkv.weight"), {c.n_embd, 2 * q_dim + 2 * kv_dim})) {
+    Linear fused = L.to_linear(*qkv, blk(i, "attn_qkv.weight"));
+    a.wq = fused.rows(0, 2 * q_dim);
+    a.wk = fused.rows(2 * q_dim, kv_dim);
+    a.wv = fused.rows(2 * q_dim + kv_dim, kv_dim);
+  } else {
+    a.wq = L.linear(blk(i, "attn_q.weight"), {c.n_embd, 2 * q_dim});
+    a.wk = L.linear(blk(i, "attn_k.weight"), {c.n_embd, kv_dim});
+    a.wv = L.linear(blk(i, "attn_v.weight"), {c.n_embd, kv_dim});
+  }
+  a.wo = L.linear(blk(i, "attn_output.weight"), {q_dim, c.n_embd});
+  a.q_norm = L.vec(blk(i, "attn_q_norm.weight"), {c.head_dim});
+  a.k_norm = L.vec(blk(i, "attn_k_norm.weight"), {c.head_dim});
+}
+
+void load_deltanet(Loader& L, const Config& c, int64_t i, DeltaNetWeights& d) {
+  d.wqkv = L.linear(blk(i, "attn_qkv.weight"), {c.n_embd, c.conv_dim()});
+  d.wgate = L.linear(blk(i, "attn_gate.weight"), {c.n_embd, c.value_dim()});
+  d.wbeta = L.linear(blk(i, "ssm_beta.weight"), {c.n_embd, c.n_v_heads});
+  d.walpha = L.linear(blk(i, "ssm_alpha.weight"), {c.n_embd, c.n_v_heads});
+  d.wout = L.linear(blk(i, "ssm_out.weight"), {c.value_dim(), c.n_embd});
+  d.conv = L.vec(blk(i, "ssm_conv1d.weight"), {c.conv_kernel, c.conv_dim()});
+  d.dt_bias = L.vec(blk(i, "ssm_dt.bias"), {c.n_v_heads});
+  d.a = L.vec(blk(i, "ssm_a"), {c.n_v_heads});
+  d.norm = L.vec(blk(i, "ssm_norm.weight"), {c.head_v_dim});
+}
+
+void load_moe(Loader& L, const Config& c, int64_t i, MoeWeights& m) {
+  m.router = L.linear(blk(i, "ffn_gate_inp.weight"), {c.n_embd, c.n_expert});
+  if (const auto* gu = L.optional(blk(i, "ffn_gate_up_exps.weight"), {c.n_embd, 2 * c.n_ff_exp, c.n_expert})) {
+    m.gate_exps = L.to_linear(*gu, blk(i, "ffn_gate_up_exps.weight"));
+    m.fused_gate_up = true;
+  } else {
+    m.gate_exps = L.linear(blk(i, "ffn_gate_exps.weight"), {c.n_embd, c.n_ff_exp, c.n_expert});
+    m.up_exps = L.linear(blk(i, "ffn_up_exps.weight"), {c.n_embd, c.n_ff_exp, c.n_expert});
+  }
+  m.down_exps = L.linear(blk(i, "ffn_down_exps.weight"), {c.n_ff_exp, c.n_embd, c.n_expert});
+  if (c.n_ff_shexp > 0) {
+    m.gate_shexp = L.linear(blk(i, "ffn_gate_shexp.weight"), {c.n_embd, c.n_ff_shexp});
+    m.up_shexp = L.linear(blk(i, "ffn_up_shexp.weight"), {c.n_embd, c.n_ff_shexp});
+    m.down_shexp = L.linear(blk(i, "ffn_down_shexp.weight"), {c.n_ff_shexp, c.n_embd});
+    m.shexp_gate = L.linear(blk(i, "ffn_gate_inp_shexp.weight"), {c.n_embd});
+  }
+}
+
+}  // namespace
+
+Linear MoeWeights::expert_gate(int64_t e, int64_t n_ff) const {
+  return fused_gate_up ? gate_exps.rows(e * 2 * n_ff, n_ff) : gate_exps.rows(e * n_ff, n_ff);
+}
+Linear MoeWeights::expert_up(int64_t e, int64_t n_ff) const {
+  return fused_gate_up ? gate_exps.rows(e * 2 * n_ff + n_ff, n_ff) : up_exps.rows(e * n_ff, n_ff);
+}
+
+Weights Weights::load(const gguf::File& f, const Config& c) {
+  Loader L(f);
+  Weights w;
+  w.token_embd = L.linear("token_embd.weight", {c.n_embd, c.n_vocab});
+  w.output_norm = L.vec("output_norm.weight", {c.n_embd});
+  if (f.find_tensor("output.weight")) {
+    w.output = L.linear("output.weight", {c.n_embd, c.n_vocab});
+  } else {
+    w.output = w.token_embd;
+    w.tied_output = true;
+  }
+  w.layers.resize(static_cast<size_t>(c.n_layer));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    LayerWeights& l = w.layers[i];
+    l.kind = c.layer_kind[i];
+    l.attn_norm = L.vec(blk(i, "attn_norm.weight"), {c.n_embd});
+    l.post_norm = L.vec(blk(i, "post_attention_norm.weight"), {c.n_embd});
+    if (l.kind == LayerKind::kAttention) load_attention(L, c, i, l.attn);
+    else load_deltanet(L, c, i, l.dn);
+    load_moe(L, c, i, l.moe);
+  }
+  w.unused = L.unused();
+  if (!w.unused.empty()) {
+    if (c.n_nextn > 0)
+      log::info("%s: %lld MTP (nextn) block(s) present but unused: %zu tensors not loaded", f.name().c_str(),
+                static_cast<long long>(c.n_nextn), w.unused.size());
+    else
+      log::warn("%s: %zu tensors not used by qwen35moe (first: %s)", f.name().c_str(), w.unused.size(),
+                w.unused.front().c_str());
+  }
+  return w;
+}
+
+size_t Weights::bytes_per_token(const Config& c) const {
+  size_t b = token_embd.row_bytes + output.bytes();
+  for (const auto& l : layers) {
+    const auto& m = l.moe;
+    if (l.kind == LayerKind::kAttention) b += l.attn.wq.bytes() + l.attn.wk.bytes() + l.attn.wv.bytes() + l.attn.wo.bytes();
+    else b += l.dn.wqkv.bytes() + l.dn.wgate.bytes() + l.dn.wbeta.bytes() + l.dn.walpha.bytes() + l.dn.wout.bytes();
+    b += m.router.bytes() + m.gate_shexp.bytes() + m.up_shexp.bytes() + m.down_shexp.bytes() + m.shexp_gate.bytes();
+    const size_t experts = m.gate_exps.bytes() + m.up_exps.bytes() + m.down_exps.bytes();
+    b += experts / static_cast<size_t>(c.n_expert) * static_cast<size_t>(c.n_expert_used);
+  }
+  return b;
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  auto m = std::make_unique<Model>();
+  m->file = std::make_unique<gguf::File>(gguf::File::open(path));
+  m->config = Config::from_gguf(*m->file);
+  m->weights = Weights::load(*m->file, m->config);
+  return m;
+}
+
+}  // namespace tern::models::qwen35moe
