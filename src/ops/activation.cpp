@@ -1,0 +1,37 @@
+// Element-wise activations and row softmax (see activation.h).
+#include "ops/activation.h"
+
+namespace tern::ops {
+
+void sigmoid_inplace(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = sigmoid(x[i]);
+}
+
+void silu_inplace(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = silu(x[i]);
+}
+
+void softplus_inplace(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = softplus(x[i]);
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = silu(gate[i]) * up[i];
+}
+
+void softmax_rows(float* x, int64_t n_rows, int64_t n) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float* row = x + r * n;
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) mx = row[i] > mx ? row[i] : mx;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      row[i] = std::exp(row[i] - mx);
+      sum += row[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) row[i] *= inv;
+  }
+}
+
+}  // namespace tern::ops

@@ -1,0 +1,55 @@
+// Gated delta rule of the Gated DeltaNet layers (contract 8.5 / 8.6), float32: the token recurrence and the
+// chunked parallel form (HF torch_chunk_gated_delta_rule, chunk 64), with incoming/outgoing state.
+//
+// Conventions (parameter-free, shared by both forms):
+// - Head sharing: value head h uses key head h % n_k_heads — the *tiled* order of a qwen35moe GGUF (the
+//   converter reorders V heads; ggml's fused op uses iq1 = iv1 % neq1). HF checkpoints use the blocked
+//   order h / (n_v_heads / n_k_heads) instead; a loader of HF weights must permute the value-head-indexed
+//   tensors to tiled order first (contract 8.4). The state is then in tiled head order too.
+// - q and k arrive already l2-normalised (ops::l2_norm, eps = rms_norm_eps, as llama.cpp); the kernels
+//   multiply q by 1/sqrt(head_k_dim) themselves (HF and llama.cpp scale q, not the output).
+// - State layout: [n_v_heads][head_k_dim][head_v_dim] f32, S[h][i][j] with i the key index, j the value
+//   index (HF's [B, Hv, dk, dv] without the batch). ggml stores the transpose (key index fastest).
+// Each value head is computed by one thread in a fixed order: results never depend on the thread count.
+#pragma once
+#include <cstdint>
+
+namespace tern::ops {
+
+struct DeltaRuleShape {
+  int64_t n_tokens = 0;
+  int64_t n_k_heads = 0;   // Hk (16 for Qwen3.5-35B-A3B)
+  int64_t n_v_heads = 0;   // Hv (32); a multiple of n_k_heads
+  int64_t head_k_dim = 0;  // dk (128)
+  int64_t head_v_dim = 0;  // dv (128)
+};
+
+// Inputs for n_tokens tokens. Token t, key head kh: q + t * q_stride + kh * head_k_dim (same for k);
+// token t, value head h: v + t * v_stride + h * head_v_dim. Strides (in floats) let the kernels read the
+// q | k | v thirds of the conv output rows in place.
+struct DeltaRuleInputs {
+  const float* q = nullptr;  // l2-normalised queries, not yet scaled
+  int64_t q_stride = 0;
+  const float* k = nullptr;  // l2-normalised keys
+  int64_t k_stride = 0;
+  const float* v = nullptr;
+  int64_t v_stride = 0;
+  const float* g = nullptr;     // [n_tokens, n_v_heads] log decay g = ssm_a * softplus(alpha + dt_bias) <= 0
+  const float* beta = nullptr;  // [n_tokens, n_v_heads] sigmoid(b)
+};
+
+// Token recurrence, per token and value head: S <- exp(g) S; e = S^T k; S <- S + k (beta (v - e))^T;
+// o = S^T (q / sqrt(dk)).  state [n_v_heads, dk, dv] in/out; out [n_tokens, n_v_heads, dv].
+void gated_delta_rule_recurrent(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out);
+
+// The same map computed 64 tokens at a time (contract 8.6, WY form solved by forward substitution);
+// equal to the recurrence up to fp32 rounding. A trailing partial chunk is processed at its true length,
+// which equals HF's zero padding (padded steps have beta = 0, g = 0 and leave the state unchanged).
+void gated_delta_rule_chunked(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out);
+
+// Chooses the form by n_tokens only (recurrent below kDeltaRuleChunkMin tokens, where it is faster).
+constexpr int64_t kDeltaRuleChunk = 64;
+constexpr int64_t kDeltaRuleChunkMin = 16;
+void gated_delta_rule(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out);
+
+}  // namespace tern::ops

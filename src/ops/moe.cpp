@@ -1,0 +1,41 @@
+// MoE routing: softmax, deterministic top-k, renormalisation (see moe.h).
+#include "ops/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/activation.h"
+
+namespace tern::ops {
+
+void moe_route_softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t n_used, int32_t* ids,
+                            float* weights) {
+  if (n_used <= 0 || n_expert <= 0 || n_used > n_expert) {
+    fail("moe routing: n_expert_used %lld must be in [1, n_expert = %lld]", static_cast<long long>(n_used),
+         static_cast<long long>(n_expert));
+  }
+  std::vector<float> p(n_expert);
+  std::vector<int32_t> order(n_expert);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    std::copy(logits + t * n_expert, logits + (t + 1) * n_expert, p.begin());
+    softmax_rows(p.data(), 1, n_expert);
+    for (int64_t e = 0; e < n_expert; ++e) order[e] = static_cast<int32_t>(e);
+    // Strict weak order: higher probability first, then lower index. NaNs compare false both ways and
+    // would break the strict weak order, so they are ranked as -inf here.
+    auto key = [&](int32_t e) { return p[e] == p[e] ? p[e] : -INFINITY; };
+    std::partial_sort(order.begin(), order.begin() + n_used, order.end(), [&](int32_t a, int32_t b) {
+      const float pa = key(a), pb = key(b);
+      return pa > pb || (pa == pb && a < b);
+    });
+    double sum = 0.0;
+    for (int64_t k = 0; k < n_used; ++k) sum += p[order[k]];
+    for (int64_t k = 0; k < n_used; ++k) {
+      ids[t * n_used + k] = order[k];
+      weights[t * n_used + k] = static_cast<float>(p[order[k]] / sum);
+    }
+  }
+}
+
+}  // namespace tern::ops
