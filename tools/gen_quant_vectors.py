@@ -179,16 +179,22 @@ def dequantize(name, q, n, ggml):
             g = ggml.dequantize(name, q, n)
             if g is not None:
                 assert g.tobytes() == ref.tobytes(), f"{name}: ggml to_float != qs*d"
-                return g, f"ggml to_float ({ggml.version}), equal to numpy qs*d"
+                fn = "dequantize_row_q8_K" if name == "q8_K" else "to_float"
+                return g, f"ggml {fn} ({ggml.version}), equal to numpy qs*d"
         return ref, "numpy qs*d (float32)"
     y = np.asarray(gq.dequantize(q, t), dtype=np.float32).reshape(-1)
     assert y.size == n
+    from importlib.metadata import version
+    src = f"gguf {version('gguf')} gguf.quants.dequantize"
     if ggml.lib is not None:
         g = ggml.dequantize(name, q, n)
         if g is not None and g.tobytes() != y.tobytes():
             bad = np.flatnonzero(g.view(np.uint32) != y.view(np.uint32))
             print(f"WARNING {name}: gguf and ggml dequantize differ at {bad.size} elements", file=sys.stderr)
-    return y, f"gguf {gguf.__version__ if hasattr(gguf, '__version__') else ''} gguf.quants.dequantize".strip()
+            src += f" (differs from ggml to_float at {bad.size} elements)"
+        elif g is not None:
+            src += ", equal to ggml to_float"
+    return y, src
 
 
 def quantize(name, x, ggml):
@@ -196,7 +202,8 @@ def quantize(name, x, ggml):
     t = TYPES[name][0]
     if name in GGUF_QUANTIZE:
         q = np.asarray(gq.quantize(x, t)).view(np.uint8).reshape(-1)
-        src = "gguf gguf.quants.quantize"
+        from importlib.metadata import version
+        src = f"gguf {version('gguf')} gguf.quants.quantize"
         if ggml.lib is not None:
             g = ggml.quantize(name, x)
             assert g.tobytes() == q.tobytes(), f"{name}: gguf and ggml quantization differ"
