@@ -10,14 +10,15 @@ and index.json describing the rows and where each expectation came from.
 
 Sources (independent of tern):
   dequantization: gguf.quants.dequantize (the `gguf` package); Q8_1 and Q8_K, which gguf lacks, come from
-    ggml's own to_float (via llama-cpp-python's bundled libggml) or, failing that, from the one-line numpy
+    ggml's own to_float / dequantize_row_q8_K (via llama-cpp-python's bundled libggml) or, failing that, from the one-line numpy
     formula qs * d.
   quantization: gguf.quants.quantize where gguf implements it (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0),
     cross-checked against ggml when available; otherwise ggml_quantize_chunk(type, ..., imatrix=NULL) from the
-    libggml bundled with llama-cpp-python (Q8_1 and Q8_K: ggml's from_float_ref type trait). A type whose
+    libggml bundled with llama-cpp-python (Q8_1 and Q8_K: ggml's exported quantize_row_q8_1_ref / quantize_row_q8_K_ref). A type whose
     quantization cannot be produced independently gets no .q.bin and index.json says so.
 
 Usage: python3 tools/gen_quant_vectors.py [--out tests/fixtures/quant] [--seed 1234]
+         [--libggml path/to/libggml-base.so --libggml-label "what it was built from"]
 """
 import argparse
 import ctypes
@@ -58,6 +59,7 @@ def make_rows(rng):
     """Input rows (float32), each a multiple of 256 elements, with a description."""
     rows = []
     rows.append(("gaussian", rng.standard_normal(512)))
+    rows.append(("gaussian, long (many blocks exercise rarely-winning search steps)", rng.standard_normal(3072)))
     rows.append(("uniform [-1,1] * 0.02 (weight-like)", rng.uniform(-1, 1, 512) * 0.02))
     z = rng.standard_normal(512)
     z[:256] = 0.0                     # a whole zero super-block
@@ -86,26 +88,30 @@ class Ggml:
                     ("is_quantized", ctypes.c_bool), ("to_float", ctypes.c_void_p),
                     ("from_float_ref", ctypes.c_void_p)]
 
-    def __init__(self):
+    def __init__(self, libpath=None, label=None):
         self.lib = None
         self.version = None
-        try:
-            import llama_cpp  # noqa: F401
-            from importlib.metadata import version
-            self.version = "llama-cpp-python " + version("llama-cpp-python")
-            libdir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
-            cands = sorted(glob.glob(os.path.join(libdir, "libggml-base.so*"))) + \
-                sorted(glob.glob(os.path.join(libdir, "libggml.so*")))
-            for c in cands:
-                try:
-                    lib = ctypes.CDLL(c, mode=ctypes.RTLD_GLOBAL)
-                    lib.ggml_quantize_chunk  # noqa: B018 (probe)
-                    self.lib = lib
-                    break
-                except (OSError, AttributeError):
-                    continue
-        except ImportError:
-            return
+        if libpath:  # an explicitly given libggml-base.so (e.g. built from llama-cpp-python's vendored sources)
+            self.lib = ctypes.CDLL(libpath, mode=ctypes.RTLD_GLOBAL)
+            self.version = label or libpath
+        else:
+            try:
+                import llama_cpp
+                from importlib.metadata import version
+                self.version = "llama-cpp-python " + version("llama-cpp-python")
+                libdir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+                cands = sorted(glob.glob(os.path.join(libdir, "libggml-base.so*"))) + \
+                    sorted(glob.glob(os.path.join(libdir, "libggml.so*")))
+                for c in cands:
+                    try:
+                        lib = ctypes.CDLL(c, mode=ctypes.RTLD_GLOBAL)
+                        lib.ggml_quantize_chunk  # noqa: B018 (probe)
+                        self.lib = lib
+                        break
+                    except (OSError, AttributeError):
+                        continue
+            except ImportError:
+                return
         if self.lib is None:
             return
         L = self.lib
@@ -124,9 +130,10 @@ class Ggml:
         t, block, size, _, _ = TYPES[name]
         out = np.zeros(x.size // block * size, dtype=np.uint8)
         xp = np.ascontiguousarray(x, dtype=np.float32)
-        if name in ("q8_1", "q8_K"):   # not accepted by ggml_quantize_chunk: use the from_float_ref trait
-            fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
-                self.traits(t, block, size).from_float_ref)
+        if name in ("q8_1", "q8_K"):   # not accepted by ggml_quantize_chunk: the exported reference row quantizer
+            fn = getattr(self.lib, f"quantize_row_{name}_ref")
+            fn.restype = None
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
             fn(xp.ctypes.data, out.ctypes.data, x.size)
         else:
             n = self.lib.ggml_quantize_chunk(int(t), xp.ctypes.data, out.ctypes.data, 0, 1, x.size, None)
@@ -136,10 +143,15 @@ class Ggml:
     def dequantize(self, name, q, n):
         t, block, size, _, _ = TYPES[name]
         tr = self.traits(t, block, size)
-        if not tr.to_float:
-            return None
         out = np.zeros(n, dtype=np.float32)
-        fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(tr.to_float)
+        if tr.to_float:
+            fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(tr.to_float)
+        elif hasattr(self.lib, f"dequantize_row_{name}"):  # q8_K: exported, but not a type trait
+            fn = getattr(self.lib, f"dequantize_row_{name}")
+            fn.restype = None
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        else:
+            return None
         qc = np.ascontiguousarray(q)
         fn(qc.ctypes.data, out.ctypes.data, n)
         return out
@@ -167,16 +179,22 @@ def dequantize(name, q, n, ggml):
             g = ggml.dequantize(name, q, n)
             if g is not None:
                 assert g.tobytes() == ref.tobytes(), f"{name}: ggml to_float != qs*d"
-                return g, f"ggml to_float ({ggml.version}), equal to numpy qs*d"
+                fn = "dequantize_row_q8_K" if name == "q8_K" else "to_float"
+                return g, f"ggml {fn} ({ggml.version}), equal to numpy qs*d"
         return ref, "numpy qs*d (float32)"
     y = np.asarray(gq.dequantize(q, t), dtype=np.float32).reshape(-1)
     assert y.size == n
+    from importlib.metadata import version
+    src = f"gguf {version('gguf')} gguf.quants.dequantize"
     if ggml.lib is not None:
         g = ggml.dequantize(name, q, n)
         if g is not None and g.tobytes() != y.tobytes():
             bad = np.flatnonzero(g.view(np.uint32) != y.view(np.uint32))
             print(f"WARNING {name}: gguf and ggml dequantize differ at {bad.size} elements", file=sys.stderr)
-    return y, f"gguf {gguf.__version__ if hasattr(gguf, '__version__') else ''} gguf.quants.dequantize".strip()
+            src += f" (differs from ggml to_float at {bad.size} elements)"
+        elif g is not None:
+            src += ", equal to ggml to_float"
+    return y, src
 
 
 def quantize(name, x, ggml):
@@ -184,7 +202,8 @@ def quantize(name, x, ggml):
     t = TYPES[name][0]
     if name in GGUF_QUANTIZE:
         q = np.asarray(gq.quantize(x, t)).view(np.uint8).reshape(-1)
-        src = "gguf gguf.quants.quantize"
+        from importlib.metadata import version
+        src = f"gguf {version('gguf')} gguf.quants.quantize"
         if ggml.lib is not None:
             g = ggml.quantize(name, x)
             assert g.tobytes() == q.tobytes(), f"{name}: gguf and ggml quantization differ"
@@ -192,7 +211,7 @@ def quantize(name, x, ggml):
         return q, src
     if ggml.lib is None:
         return None, None
-    how = "from_float_ref" if name in ("q8_1", "q8_K") else "ggml_quantize_chunk, imatrix=NULL"
+    how = f"quantize_row_{name}_ref" if name in ("q8_1", "q8_K") else "ggml_quantize_chunk, imatrix=NULL"
     return ggml.quantize(name, x), f"ggml {how} ({ggml.version})"
 
 
@@ -221,10 +240,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "quant"))
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--libggml", help="path to a libggml-base.so to use instead of llama-cpp-python's")
+    ap.add_argument("--libggml-label", help="provenance recorded in index.json for --libggml")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     rng = np.random.default_rng(args.seed)
-    ggml = Ggml()
+    ggml = Ggml(args.libggml, args.libggml_label)
     print("ggml:", ggml.version if ggml.lib is not None else "not available", file=sys.stderr)
 
     rows = make_rows(rng)

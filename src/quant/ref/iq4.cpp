@@ -16,7 +16,9 @@ namespace {
 constexpr int kNtry = 7;
 
 // Index of the code book entry nearest to x (ties go up); compares 2x against sums of neighbours so the
-// midpoints are exact. A NaN picks index 0.
+// midpoints are exact, as current ggml's best_index_int8 does. Older ggml (e.g. llama-cpp-python 0.3.36)
+// compared x - v[i-1] < v[i] - x in float, which can differ within an ulp of a midpoint and for NaN
+// (index 15 there, 0 here); the committed vectors do not hit either case.
 int best_index_iq4(float x) {
   const float x2 = x + x;
   int idx = 0;

@@ -374,7 +374,8 @@ void dequantize_q8_k(const BlockQ8_K* x, float* y, int64_t n) {
 }
 
 // d = -max/127 with max the signed absmax, so the extreme value becomes -127 * sign; bsums are the sums
-// of each 16 codes (used by the K-quant dot products). An all-zero block gets d = 0, zero codes and sums.
+// of each 16 codes (used by the K-quant dot products). An all-zero block gets d = 0, zero codes and sums
+// (ggml leaves that block's bsums unwritten).
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
     float max = 0, amax = 0;
