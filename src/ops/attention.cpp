@@ -1,6 +1,7 @@
 // Causal GQA attention over a per-sequence KV cache (see attention.h).
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -27,37 +28,46 @@ void check_kv(const KvCacheView& kv, int64_t n_tokens, int64_t pos0, const char*
   }
 }
 
-// Scores, softmax and weighted value sum for one (query row, KV head) pair over positions [0, n_pos).
+constexpr int64_t kHeadsPerTask = 4;  // query heads of one GQA group handled together (fixed: determinism)
+
+// One KV row as floats: a pointer into an f32 cache, or the f16 row converted (exactly) into buf.
 template <typename Elem>
-void attend_one(const float* q, const Elem* k_head, const Elem* v_head, int64_t n_pos, int64_t hd, float scale,
-                std::vector<float>& scores, float* out) {
-  scores.resize(n_pos);
-  float mx = -INFINITY;
+const float* row_f32(const Elem* row, int64_t hd, float* buf) {
+  if constexpr (sizeof(Elem) == 4) {
+    return row;
+  } else {
+    for (int64_t i = 0; i < hd; ++i) buf[i] = fp16_to_fp32(row[i]);
+    return buf;
+  }
+}
+
+// Scores, softmax and weighted value sums of n_q query rows q[n_q][hd] that share one KV head, over
+// positions [0, n_pos). Each K / V row is read once for all n_q heads; per head the arithmetic is the same
+// fixed-order sequence whatever n_q is. scores [n_q * n_pos] and row [hd] are scratch.
+template <typename Elem>
+void attend_group(const float* q, int64_t n_q, const Elem* k_head, const Elem* v_head, int64_t n_pos, int64_t hd,
+                  float scale, float* scores, float* row, float* out) {
   for (int64_t p = 0; p < n_pos; ++p) {
-    float s;
-    if constexpr (sizeof(Elem) == 4) {
-      s = vec::dot(q, k_head + p * hd, hd);
-    } else {
-      s = vec::dot_f16(q, k_head + p * hd, hd);
+    const float* kr = row_f32(k_head + p * hd, hd, row);
+    for (int64_t j = 0; j < n_q; ++j) scores[j * n_pos + p] = vec::dot(q + j * hd, kr, hd) * scale;
+  }
+  double sum[kHeadsPerTask];
+  for (int64_t j = 0; j < n_q; ++j) {
+    float* sc = scores + j * n_pos;
+    float mx = -INFINITY;
+    for (int64_t p = 0; p < n_pos; ++p) mx = sc[p] > mx ? sc[p] : mx;
+    sum[j] = 0.0;
+    for (int64_t p = 0; p < n_pos; ++p) {
+      sc[p] = std::exp(sc[p] - mx);
+      sum[j] += sc[p];
     }
-    s *= scale;
-    scores[p] = s;
-    mx = s > mx ? s : mx;
   }
-  double sum = 0.0;
+  std::memset(out, 0, sizeof(float) * n_q * hd);
   for (int64_t p = 0; p < n_pos; ++p) {
-    scores[p] = std::exp(scores[p] - mx);
-    sum += scores[p];
+    const float* vr = row_f32(v_head + p * hd, hd, row);
+    for (int64_t j = 0; j < n_q; ++j) vec::axpy(scores[j * n_pos + p], vr, out + j * hd, hd);
   }
-  std::memset(out, 0, sizeof(float) * hd);
-  for (int64_t p = 0; p < n_pos; ++p) {
-    if constexpr (sizeof(Elem) == 4) {
-      vec::axpy(scores[p], v_head + p * hd, out, hd);
-    } else {
-      vec::axpy_f16(scores[p], v_head + p * hd, out, hd);
-    }
-  }
-  vec::scale(static_cast<float>(1.0 / sum), out, hd);
+  for (int64_t j = 0; j < n_q; ++j) vec::scale(static_cast<float>(1.0 / sum[j]), out + j * hd, hd);
 }
 
 }  // namespace
@@ -94,19 +104,27 @@ void attention_causal(const float* q, int64_t n_tokens, int64_t n_head, const Kv
   }
   const int64_t hd = kv.head_dim;
   const int64_t group = n_head / kv.n_head_kv;
-  parallel_for(n_tokens * n_head, [&](int64_t task) {
-    thread_local std::vector<float> scores;
-    const int64_t t = task / n_head, h = task % n_head, g = h / group;
-    const float* qr = q + task * hd;
-    float* o = out + task * hd;
+  const int64_t per_task = group < kHeadsPerTask ? group : kHeadsPerTask;
+  const int64_t tasks_per_group = (group + per_task - 1) / per_task;
+  // Task = (token, KV head, block of up to kHeadsPerTask of its query heads).
+  parallel_for(n_tokens * kv.n_head_kv * tasks_per_group, [&](int64_t task) {
+    thread_local std::vector<float> scratch;
+    const int64_t t = task / (kv.n_head_kv * tasks_per_group);
+    const int64_t g = task / tasks_per_group % kv.n_head_kv;
+    const int64_t h0 = g * group + task % tasks_per_group * per_task;
+    const int64_t n_q = std::min(per_task, g * group + group - h0);
     const int64_t n_pos = pos0 + t + 1;
-    const int64_t head_off = g * kv.n_ctx * hd;
+    scratch.resize(n_q * n_pos + hd);
+    const float* qr = q + (t * n_head + h0) * hd;
+    float* o = out + (t * n_head + h0) * hd;
+    const int64_t off = g * kv.n_ctx * hd;
+    float* row = scratch.data() + n_q * n_pos;
     if (kv.type == KvType::kF32) {
-      attend_one(qr, static_cast<const float*>(kv.k) + head_off, static_cast<const float*>(kv.v) + head_off, n_pos,
-                 hd, scale, scores, o);
+      attend_group(qr, n_q, static_cast<const float*>(kv.k) + off, static_cast<const float*>(kv.v) + off, n_pos, hd,
+                   scale, scratch.data(), row, o);
     } else {
-      attend_one(qr, static_cast<const uint16_t*>(kv.k) + head_off, static_cast<const uint16_t*>(kv.v) + head_off,
-                 n_pos, hd, scale, scores, o);
+      attend_group(qr, n_q, static_cast<const uint16_t*>(kv.k) + off, static_cast<const uint16_t*>(kv.v) + off,
+                   n_pos, hd, scale, scratch.data(), row, o);
     }
   });
 }

@@ -47,9 +47,12 @@ void gated_delta_rule_recurrent(const DeltaRuleShape& shape, const DeltaRuleInpu
 // which equals HF's zero padding (padded steps have beta = 0, g = 0 and leave the state unchanged).
 void gated_delta_rule_chunked(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out);
 
-// Chooses the form by n_tokens only (recurrent below kDeltaRuleChunkMin tokens, where it is faster).
+// Chooses the form by n_tokens only: chunked from kDeltaRuleChunkMin tokens on. Measured on this scalar
+// (baseline x86-64) build, 1 thread, Hv 32, dk = dv = 128: recurrent ~2.3 ms/token at every T, chunked
+// ~3.1 ms/token at T = 64 and 512 — so for now the threshold is out of reach and the recurrence is always
+// used; lower it when the chunked form gets its matmul-shaped (AVX2) kernels.
 constexpr int64_t kDeltaRuleChunk = 64;
-constexpr int64_t kDeltaRuleChunkMin = 16;
+constexpr int64_t kDeltaRuleChunkMin = int64_t{1} << 40;
 void gated_delta_rule(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out);
 
 }  // namespace tern::ops

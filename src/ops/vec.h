@@ -4,8 +4,6 @@
 #pragma once
 #include <cstdint>
 
-#include "core/fp16.h"
-
 namespace tern::ops::vec {
 
 inline float reduce8(const float* acc) {
@@ -22,24 +20,9 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return reduce8(acc);
 }
 
-// Dot of a float vector with an IEEE-half vector (f16 KV cache rows).
-inline float dot_f16(const float* a, const uint16_t* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * fp16_to_fp32(b[i + l]);
-  }
-  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * fp16_to_fp32(b[i]);
-  return reduce8(acc);
-}
-
 // y += a * x
 inline void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
-inline void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
 }
 
 inline void scale(float a, float* y, int64_t n) {
