@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 
 #include "quant/types.h"
@@ -56,12 +57,14 @@ static inline float hsum8_tree(const float a[8]) {
   return c0 + c1;
 }
 
-// One K-quant super-block's contribution: acc += (d*dx)*isum - (dmin*dx)*msum, in this order.
+// One K-quant super-block's contribution: acc += (d*dx)*isum - (dmin*dx)*msum, in this order, with explicit
+// fused multiply-adds: the compiler may contract a*b+c in FMA-enabled units but never in the baseline ref, so
+// every step that must match across ISAs spells out its fma.
 static inline float kquant_step(float acc, float d, float dmin, float dx, int32_t isum, int32_t msum) {
   const float dd = d * dx;
-  acc = acc + dd * static_cast<float>(isum);
+  acc = std::fma(dd, static_cast<float>(isum), acc);
   const float dm = dmin * dx;
-  return acc - dm * static_cast<float>(msum);
+  return std::fma(-dm, static_cast<float>(msum), acc);
 }
 
 // Unpack Q3_K's 12 bytes of 6-bit scales into 16 signed scales (already minus 32); layout as ggml q3_K:

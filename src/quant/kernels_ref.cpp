@@ -2,8 +2,8 @@
 // AVX2 / AVX-512 kernels are tested against. Quantized types: integer products are exact; the float steps
 // are spelled out so the SIMD kernels can follow them bit for bit:
 //  - 32-blocks (Q4_0 ... IQ4_NL): 8 float lanes, lane k gets fma((float)sum(w*x over elements 4k..4k+3),
-//    d_w*d_x) per block; at the end hsum8_tree, plus sum over blocks of m_w*s_x for the Q4_1/Q5_1 min term.
-//  - K-quants / IQ4_XS: one exact int sum per 256-super-block, then detail::kquant_step.
+//    d_w*d_x) per block; at the end hsum8_tree, plus fma-sum over blocks of m_w*s_x for the Q4_1/Q5_1 min term.
+//  - K-quants / IQ4_XS: one exact int sum per 256-super-block, then detail::kquant_step (explicit fmas).
 // Float types: plain sequential float sum (the SIMD versions differ by rounding; tests use a tolerance).
 #include <algorithm>
 #include <cmath>
@@ -81,7 +81,7 @@ float dot_legacy(const void* w_row, const void* x_row, int64_t n) {
     lane_dot(wi, x[b].qs, p);
     const float dd = fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d);
     for (int k = 0; k < 8; ++k) acc[k] = std::fma(static_cast<float>(p[k]), dd, acc[k]);
-    if constexpr (kMin) summ += fp16_to_fp32(w[b].m) * fp16_to_fp32(x[b].s);
+    if constexpr (kMin) summ = std::fma(fp16_to_fp32(w[b].m), fp16_to_fp32(x[b].s), summ);
   }
   return hsum8_tree(acc) + summ;
 }

@@ -121,7 +121,7 @@ void legacy_row(const uint8_t* wrow, const uint8_t* const* xr, int64_t n, float*
       const __m256i s = D::kSigned ? _mm256_sign_epi8(xv, q) : xv;
       const __m256 dd = _mm256_set1_ps(dw * f16(x[t][b].d));
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Ops::dot(u, s)), dd, acc[t]);
-      if constexpr (D::kMin) summ[t] += f16(w[b].m) * f16(x[t][b].s);
+      if constexpr (D::kMin) summ[t] = std::fma(f16(w[b].m), f16(x[t][b].s), summ[t]);
     }
   }
   for (int t = 0; t < NT; ++t) *out[t] = hsum_tree(acc[t]) + summ[t];
