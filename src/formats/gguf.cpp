@@ -42,25 +42,44 @@ class Parser {
  private:
   const char* fname() const { return f_.name_.c_str(); }
 
+  // Where the cursor is, for messages: "key 'k'[3][0]" or "tensor 'w'". Built only when an error is reported.
+  std::string where() const {
+    std::string w;
+    switch (ctx_kind_) {
+      case Ctx::kHeader: break;
+      case Ctx::kEntry: w = strf("metadata entry %" PRIu64, ctx_i_); break;
+      case Ctx::kKey: w = "key '" + printable(ctx_name_) + "'"; break;
+      case Ctx::kTensorIndex: w = strf("tensor %" PRIu64, ctx_i_); break;
+      case Ctx::kTensor: w = "tensor '" + printable(ctx_name_) + "'"; break;
+    }
+    for (uint64_t i : index_) w += strf("[%" PRIu64 "]", i);
+    return w;
+  }
+  std::string where(const char* what) const {
+    std::string w = where();
+    return w.empty() ? what : w + " " + what;
+  }
+
   // Throws unless n more bytes are available at the cursor.
-  void need(uint64_t n, const std::string& what) {
+  void need(uint64_t n, const char* what) {
     if (n > size_ - pos_)
       fail("%s: truncated: %s needs %" PRIu64 " bytes at offset %" PRIu64 ", file has %" PRIu64 " bytes", fname(),
-           what.c_str(), n, pos_, size_);
+           where(what).c_str(), n, pos_, size_);
   }
 
   template <typename T>
-  T read(const std::string& what) {
+  T read(const char* what) {
     need(sizeof(T), what);
     T v = load_le<T>(p_ + pos_);
     pos_ += sizeof(T);
     return v;
   }
 
-  std::string_view read_str(const std::string& what, uint64_t max_len) {
-    const uint64_t len = read<uint64_t>(what + " length");
+  std::string_view read_str(const char* what, uint64_t max_len) {
+    const uint64_t len = read<uint64_t>(what);
     if (len > max_len)
-      fail("%s: %s: length %" PRIu64 " exceeds the limit of %" PRIu64 " bytes", fname(), what.c_str(), len, max_len);
+      fail("%s: %s: length %" PRIu64 " exceeds the limit of %" PRIu64 " bytes", fname(), where(what).c_str(), len,
+           max_len);
     need(len, what);
     std::string_view s(reinterpret_cast<const char*>(p_ + pos_), len);
     pos_ += len;
@@ -90,48 +109,49 @@ class Parser {
            ")", fname(), n_tensors_, left, kMinTensorInfoBytes);
   }
 
-  ValueType read_type(const std::string& what) {
+  ValueType read_type(const char* what) {
     const uint32_t t = read<uint32_t>(what);
     if (t > static_cast<uint32_t>(ValueType::F64))
-      fail("%s: %s: unknown value type id %u (expected 0..12)", fname(), what.c_str(), t);
+      fail("%s: %s: unknown value type id %u (expected 0..12)", fname(), where(what).c_str(), t);
     return static_cast<ValueType>(t);
   }
 
   void read_kv(uint64_t i) {
-    const std::string_view key = read_str(strf("metadata entry %" PRIu64 " key", i), kMaxKeyLength);
+    set_ctx(Ctx::kEntry, i);
+    const std::string_view key = read_str("key", kMaxKeyLength);
     if (key.empty()) fail("%s: metadata entry %" PRIu64 " has an empty key", fname(), i);
-    const std::string ctx = "key '" + printable(key) + "'";
-    const ValueType t = read_type(ctx + " type");
-    f_.kv_.emplace_back(key, read_value(t, key, ctx, 0));
+    set_ctx(Ctx::kKey, i, key);
+    const ValueType t = read_type("type");
+    f_.kv_.emplace_back(key, read_value(t, key, 0));
   }
 
-  Value::Data read_value(ValueType t, std::string_view key, const std::string& ctx, int depth) {
+  Value::Data read_value(ValueType t, std::string_view key, int depth) {
     switch (t) {
-      case ValueType::U8: return read<uint8_t>(ctx);
-      case ValueType::I8: return read<int8_t>(ctx);
-      case ValueType::U16: return read<uint16_t>(ctx);
-      case ValueType::I16: return read<int16_t>(ctx);
-      case ValueType::U32: return read<uint32_t>(ctx);
-      case ValueType::I32: return read<int32_t>(ctx);
-      case ValueType::F32: return read<float>(ctx);
-      case ValueType::Bool: return read<uint8_t>(ctx) != 0;  // as ggml: any nonzero byte is true
-      case ValueType::String: return read_str(ctx, kMaxStringLength);
-      case ValueType::Array: return read_array(key, ctx, depth + 1);
-      case ValueType::U64: return read<uint64_t>(ctx);
-      case ValueType::I64: return read<int64_t>(ctx);
-      case ValueType::F64: return read<double>(ctx);
+      case ValueType::U8: return read<uint8_t>("value");
+      case ValueType::I8: return read<int8_t>("value");
+      case ValueType::U16: return read<uint16_t>("value");
+      case ValueType::I16: return read<int16_t>("value");
+      case ValueType::U32: return read<uint32_t>("value");
+      case ValueType::I32: return read<int32_t>("value");
+      case ValueType::F32: return read<float>("value");
+      case ValueType::Bool: return read<uint8_t>("value") != 0;  // as ggml: any nonzero byte is true
+      case ValueType::String: return read_str("value", kMaxStringLength);
+      case ValueType::Array: return read_array(key, depth + 1);
+      case ValueType::U64: return read<uint64_t>("value");
+      case ValueType::I64: return read<int64_t>("value");
+      case ValueType::F64: return read<double>("value");
     }
     fail("internal: value type %u", static_cast<unsigned>(t));
   }
 
-  Array read_array(std::string_view key, const std::string& ctx, int depth) {
+  Array read_array(std::string_view key, int depth) {
     if (depth > kMaxArrayDepth)
-      fail("%s: %s: arrays nested deeper than %d levels", fname(), ctx.c_str(), kMaxArrayDepth);
+      fail("%s: %s: arrays nested deeper than %d levels", fname(), where().c_str(), kMaxArrayDepth);
     Array a;
-    a.type = read_type(ctx + " array element type");
-    a.size = read<uint64_t>(ctx + " array length");
+    a.type = read_type("array element type");
+    a.size = read<uint64_t>("array length");
     if (a.size > kMaxArrayLength)
-      fail("%s: %s: array length %" PRIu64 " exceeds the limit of %" PRIu64, fname(), ctx.c_str(), a.size,
+      fail("%s: %s: array length %" PRIu64 " exceeds the limit of %" PRIu64, fname(), where().c_str(), a.size,
            kMaxArrayLength);
     const uint64_t left = size_ - pos_;
     const size_t elem = value_type_size(a.type);
@@ -139,19 +159,22 @@ class Parser {
     const uint64_t min_elem = elem ? elem : (a.type == ValueType::String ? 8 : kMinNestedArrayBytes);
     if (a.size > left / min_elem)
       fail("%s: truncated: %s: array of %" PRIu64 " %s needs at least %" PRIu64 " bytes at offset %" PRIu64
-           ", file has %" PRIu64 " bytes", fname(), ctx.c_str(), a.size, value_type_name(a.type), a.size * min_elem,
-           pos_, size_);
+           ", file has %" PRIu64 " bytes", fname(), where().c_str(), a.size, value_type_name(a.type),
+           a.size * min_elem, pos_, size_);
     if (elem) {
       a.raw = p_ + pos_;
       pos_ += a.size * elem;
-    } else if (a.type == ValueType::String) {
+      return a;
+    }
+    index_.push_back(0);
+    if (a.type == ValueType::String) {
       a.strings.reserve(a.size);  // <= left / 8 views
-      for (uint64_t j = 0; j < a.size; ++j) a.strings.push_back(read_str(ctx + strf("[%" PRIu64 "]", j), kMaxStringLength));
+      for (uint64_t j = 0; j < a.size; ++j, ++index_.back()) a.strings.push_back(read_str("string", kMaxStringLength));
     } else {
       a.arrays.reserve(a.size);  // <= left / 12 values
-      for (uint64_t j = 0; j < a.size; ++j)
-        a.arrays.emplace_back(key, read_array(key, ctx + strf("[%" PRIu64 "]", j), depth + 1));
+      for (uint64_t j = 0; j < a.size; ++j, ++index_.back()) a.arrays.emplace_back(key, read_array(key, depth + 1));
     }
+    index_.pop_back();
     return a;
   }
 
@@ -168,40 +191,41 @@ class Parser {
 
   void read_tensor_info(uint64_t i) {
     TensorInfo t;
-    t.name = read_str(strf("tensor %" PRIu64 " name", i), kMaxStringLength);
+    set_ctx(Ctx::kTensorIndex, i);
+    t.name = read_str("name", kMaxStringLength);
     if (t.name.empty()) fail("%s: tensor %" PRIu64 " has an empty name", fname(), i);
-    const std::string ctx = "tensor '" + printable(t.name) + "'";
+    set_ctx(Ctx::kTensor, i, t.name);
     if (t.name.size() > kMaxTensorNameLength)
-      fail("%s: %s: name is %zu bytes, the limit is %zu", fname(), ctx.c_str(), t.name.size(), kMaxTensorNameLength);
-    t.n_dims = read<uint32_t>(ctx + " n_dims");
-    if (t.n_dims > kMaxDims) fail("%s: %s: %u dimensions, at most %u allowed", fname(), ctx.c_str(), t.n_dims, kMaxDims);
+      fail("%s: %s: name is %zu bytes, the limit is %zu", fname(), where().c_str(), t.name.size(), kMaxTensorNameLength);
+    t.n_dims = read<uint32_t>("n_dims");
+    if (t.n_dims > kMaxDims) fail("%s: %s: %u dimensions, at most %u allowed", fname(), where().c_str(), t.n_dims, kMaxDims);
     for (uint32_t d = 0; d < t.n_dims; ++d) {
-      t.ne[d] = read<int64_t>(ctx + strf(" ne[%u]", d));
-      if (t.ne[d] < 0) fail("%s: %s: dimension %u is %" PRId64 ", expected >= 0", fname(), ctx.c_str(), d, t.ne[d]);
+      t.ne[d] = read<int64_t>("dimension");
+      if (t.ne[d] < 0) fail("%s: %s: dimension %u is %" PRId64 ", expected >= 0", fname(), where().c_str(), d, t.ne[d]);
     }
-    const uint32_t type_id = read<uint32_t>(ctx + " type");
+    const uint32_t type_id = read<uint32_t>("type");
     auto tr = quant::type_traits(type_id);
-    if (!tr) fail("%s: %s: unknown ggml type id %u", fname(), ctx.c_str(), type_id);
+    if (!tr) fail("%s: %s: unknown ggml type id %u", fname(), where().c_str(), type_id);
     t.type = tr->type;
-    t.offset = read<uint64_t>(ctx + " offset");
-    size_tensor(t, *tr, ctx);
+    t.offset = read<uint64_t>("offset");
+    size_tensor(t, *tr);
     f_.tensors_.push_back(t);
   }
 
-  void size_tensor(TensorInfo& t, const quant::TypeTraits& tr, const std::string& ctx) {
+  void size_tensor(TensorInfo& t, const quant::TypeTraits& tr) {
     int64_t n = 1;
     for (uint32_t d = 0; d < kMaxDims; ++d)
       if (__builtin_mul_overflow(n, t.ne[d], &n))
-        fail("%s: %s: shape %s has more than 2^63 elements", fname(), ctx.c_str(), t.shape_str().c_str());
+        fail("%s: %s: shape %s has more than 2^63 elements", fname(), where().c_str(), t.shape_str().c_str());
     t.n_elements = n;
     if (t.ne[0] % tr.block_size != 0)
-      fail("%s: %s: row length %" PRId64 " is not a multiple of the %s block size %" PRId64, fname(), ctx.c_str(),
+      fail("%s: %s: row length %" PRId64 " is not a multiple of the %s block size %" PRId64, fname(), where().c_str(),
            t.ne[0], tr.name, tr.block_size);
     // n is a multiple of the block size because ne[0] is.
     if (__builtin_mul_overflow(static_cast<uint64_t>(n / tr.block_size), static_cast<uint64_t>(tr.type_size), &t.n_bytes))
-      fail("%s: %s: shape %s of %s is more than 2^64 bytes", fname(), ctx.c_str(), t.shape_str().c_str(), tr.name);
+      fail("%s: %s: shape %s of %s is more than 2^64 bytes", fname(), where().c_str(), t.shape_str().c_str(), tr.name);
     if (t.offset % f_.alignment_ != 0)
-      fail("%s: %s: data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64, fname(), ctx.c_str(),
+      fail("%s: %s: data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64, fname(), where().c_str(),
            t.offset, f_.alignment_);
   }
 
@@ -245,6 +269,17 @@ class Parser {
   uint64_t size_;
   uint64_t pos_ = 0;
   uint64_t n_kv_ = 0, n_tensors_ = 0;
+  // The entry being read, formatted by where() only when reporting an error (formatting per entry is slow).
+  enum class Ctx { kHeader, kEntry, kKey, kTensorIndex, kTensor };
+  void set_ctx(Ctx kind, uint64_t i, std::string_view name = {}) {
+    ctx_kind_ = kind;
+    ctx_i_ = i;
+    ctx_name_ = name;
+  }
+  Ctx ctx_kind_ = Ctx::kHeader;
+  uint64_t ctx_i_ = 0;
+  std::string_view ctx_name_;
+  std::vector<uint64_t> index_;  // array element indexes below ctx_
 };
 
 // Builds the sorted name indexes (kv_index_ and tensor_index_) and rejects duplicates.
