@@ -139,6 +139,29 @@ def make_llama(path):
                 n_expert=0, n_expert_used=0, n_vocab=n_vocab, layer_kinds=[])
 
 
+def make_minimal(path):
+    """A ~1 KB fuzz seed touching every value type, a nested array, alignment 64 and a few tensor types."""
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_custom_alignment(64)
+    w.add_uint8("s.u8", 7)
+    w.add_int8("s.i8", -7)
+    w.add_uint16("s.u16", 700)
+    w.add_int16("s.i16", -700)
+    w.add_int32("s.i32", -70000)
+    w.add_float32("s.f32", 0.5)
+    w.add_bool("s.bool", True)
+    w.add_uint64("s.u64", 1 << 40)
+    w.add_int64("s.i64", -(1 << 40))
+    w.add_float64("s.f64", 0.25)
+    w.add_array("s.strs", ["a", "bc"])
+    w.add_array("s.nested", [[1, 2], [3]])
+    w.add_array("s.bools", [True, False])
+    add(w, "a", f32(2, 32), Q.Q8_0)
+    add(w, "b", f32(3), Q.F32)
+    add(w, "c", f32(4), Q.F16)
+    finish(w)
+
+
 def finish(w):
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -220,6 +243,15 @@ def main():
             json.dump(expected(path, info), f, indent=1, sort_keys=False)
             f.write("\n")
         print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+    # Fuzz seeds: the small fixture, a minimal file with every value type, and the qwen35moe header alone.
+    seeds = os.path.join(os.path.dirname(__file__), "..", "fuzz", "seeds", "gguf")
+    os.makedirs(seeds, exist_ok=True)
+    make_minimal(os.path.join(seeds, "minimal.gguf"))
+    with open(os.path.join(out_dir, "tiny-llama.gguf"), "rb") as f:
+        open(os.path.join(seeds, "tiny-llama.gguf"), "wb").write(f.read())
+    r = gguf.GGUFReader(os.path.join(out_dir, "tiny-qwen35moe.gguf"))
+    with open(os.path.join(out_dir, "tiny-qwen35moe.gguf"), "rb") as f:
+        open(os.path.join(seeds, "qwen35moe-head.gguf"), "wb").write(f.read()[:r.data_offset])
 
 
 if __name__ == "__main__":
