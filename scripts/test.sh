@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+bash scripts/install-pydeps.sh
 jobs=$(nproc)
 
 echo "== release build and tests"
