@@ -161,6 +161,22 @@ FEATURES = [
                 "{{ dict(a=1, b='x') }}{{ namespace(a=1).a }}", {}),
     ("raise_exception_error", "{{ raise_exception('custom failure message') }}", {}),
     ("namespace_underscore_error", "{% set ns = namespace(_x=1) %}", {}),
+    # more edge cases
+    ("ws_tag_at_start", "   {% if true %}x{% endif %}\n  {% if true %}\ny{% endif %}", {}),
+    ("ws_macro_body", "{%- macro m(x) -%}\n  <{{ x }}>\n{%- endmacro -%}\n{{ m(1) }}\n{{ m(2) }}\n", {}),
+    ("ws_elif_chain", "{% for i in range(4) %}\n  {% if i == 0 %}\n    zero\n  {% elif i == 1 %}\n    one\n"
+                      "  {% else %}\n    many\n  {% endif %}\n{% endfor %}", {}),
+    ("delims_in_strings", "{{ '{{' ~ '}}' ~ '{%' ~ '%}' }}{{ {'a': {'b': 1}} }}", {}),
+    ("floats_repr", "{{ 1/3 }} {{ 1e100 }} {{ 2.0 * 3 }} {{ 1e15 }} {{ 0.0001 }} {{ 123456789.123 }} {{ -1e-300 }}", {}),
+    ("join_numbers", "{{ [1, 2.5, none, true]|join('|') }}{{ xs|join }}", {"xs": ["a", "b"]}),
+    ("default_no_args", "[{{ u|default }}][{{ false|default('x') }}][{{ false|d('x', true) }}]", {}),
+    ("loop_filter_previtem", "{% for x in xs if x %}{{ loop.previtem }}>{{ x }} {% endfor %}", {"xs": [0, 1, 0, 2, 3]}),
+    ("loop_over_items_of_list_dicts", "{% for m in ms %}{% for k, v in m.items() %}{{ k }}:{{ v|tojson }} {% endfor %}"
+                                      "{% endfor %}", {"ms": [{"a": 1.5, "b": "x"}, {"c": [None]}]}),
+    ("division_by_zero_error", "{{ 1 / 0 }}", {}),
+    ("int_filter_edge", "{{ '12'|int }} {{ ' 7 '|int }} {{ '3.9'|int }} {{ 3.9|int }} {{ none|int }} {{ 'x'|int(5) }}", {}),
+    ("nested_namespace_in_macro", "{% set ns = namespace(c=0) %}{% macro inc() %}{% set ns.c = ns.c + 1 %}{% endmacro %}"
+                                  "{{ inc() }}{{ inc() }}{{ ns.c }}", {}),
     # syntax errors (jinja2 reports them at compile time)
     ("include_error", "{% include 'x.html' %}", {}),
     ("unknown_filter_error", "{{ 1|nosuchfilter }}", {}),
