@@ -277,8 +277,17 @@ class Renderer {
         else if (pdef) f->set(pname, eval(*pdef, f));
         else f->set(pname, Value::undefined("parameter '" + pname + "' was not provided"));
       }
+      // Python stops runaway recursion with RecursionError; we refuse before the C++ stack runs out.
+      if (depth_ >= kMaxCallDepth) throw Error(strf("macro '%s': call depth exceeds %d", st->text.c_str(), kMaxCallDepth));
+      ++depth_;
       std::string out;
-      exec(st->body, f, out);
+      try {
+        exec(st->body, f, out);
+      } catch (...) {
+        --depth_;
+        throw;
+      }
+      --depth_;
       return Value::string(out);
     });
   }
@@ -389,7 +398,9 @@ class Renderer {
     return Value();
   }
 
+  static constexpr int kMaxCallDepth = 200;
   FramePtr globals_;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -103,6 +103,11 @@ class Parser {
 
   StmtPtr parse_statement() {
     const Token& tok = cur();
+    if (++nesting_ > kMaxNesting) fail_at(tok, "statements nested too deeply");
+    struct Leave {
+      int& n;
+      ~Leave() { --n; }
+    } leave{nesting_};
     const std::string& n = tok.text;
     ++i_;
     if (n == "if") return parse_if(tok);
@@ -416,6 +421,12 @@ class Parser {
     return e;
   }
   ExprPtr parse_unary(bool with_filter) {
+    // Bounded nesting keeps hostile templates from exhausting the stack.
+    if (++nesting_ > kMaxNesting) fail_at(cur(), "expression nested too deeply");
+    struct Leave {
+      int& n;
+      ~Leave() { --n; }
+    } leave{nesting_};
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       e = node(ExprKind::kUnary, cur());
@@ -643,8 +654,10 @@ class Parser {
   }
 
   const std::vector<Token>& t_;
+  static constexpr int kMaxNesting = 200;
   size_t i_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

@@ -146,6 +146,15 @@ TEST(JinjaErrors, UndefinedMisuseIsAnError) {
   EXPECT_NE(error_of("{{ 1 + 'a' }}").find("can only concatenate str"), std::string::npos);
 }
 
+TEST(JinjaErrors, RunawayRecursionAndNestingAreErrorsNotCrashes) {
+  EXPECT_NE(error_of("{% macro a() %}{{ a() }}{% endmacro %}{{ a() }}").find("call depth"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested too deeply"),
+            std::string::npos);
+  std::string ifs;
+  for (int i = 0; i < 5000; ++i) ifs += "{% if true %}";
+  EXPECT_NE(error_of(ifs).find("nested too deeply"), std::string::npos);
+}
+
 TEST(ChatTemplate, RejectsBadInputShapes) {
   EXPECT_THROW(tern::text::render_chat("{{ 1 }}", json::object(), json(), true, json()), Error);
   EXPECT_THROW(tern::text::render_chat("{{ 1 }}", json::array({1}), json(), true, json()), Error);
