@@ -189,6 +189,7 @@ static RunFn setup_chat(CLI::App& app) {
   app.add_option("--top-p", o->sampling.top_p, "Top-p (1: off)")->capture_default_str();
   app.add_option("--min-p", o->sampling.min_p, "Min-p (0: off)")->capture_default_str();
   app.add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
+  app.add_flag("--ignore-eos", o->gen.ignore_eos, "Keep generating past end-of-generation tokens");
   return [o] {
     ChatSession chat(*o);
     struct sigaction sa {};
