@@ -2,7 +2,8 @@
 // a popped candidate is applied only if both symbols are still present and unchanged.
 #include "text/bpe.h"
 
-#include <queue>
+#include <algorithm>
+#include <functional>
 
 #include "core/error.h"
 #include "text/utf8.h"
@@ -86,31 +87,48 @@ void BpeModel::encode(std::string_view piece, std::vector<int32_t>* out) const {
       return;
     }
   }
-  // Symbols: one per byte, as a doubly linked list over positions; a merged-away symbol gets id -1.
+  if (piece.size() == 1) {
+    out->push_back(byte_token_[uint8_t(piece[0])]);
+    return;
+  }
+  // Symbols: one per byte, as a doubly linked list over positions; a merged-away symbol gets id -1. Scratch
+  // buffers are per thread and reused, since most pieces are short.
+  struct Cand {
+    int32_t rank, pos, left, right, merged;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  struct Scratch {
+    std::vector<int32_t> id, prev, next;
+    std::vector<Cand> heap;
+  };
+  thread_local Scratch sc;
   const int n = int(piece.size());
-  std::vector<int32_t> id(n), prev(n), next(n);
+  std::vector<int32_t>&id = sc.id, &prev = sc.prev, &next = sc.next;
+  id.resize(size_t(n));
+  prev.resize(size_t(n));
+  next.resize(size_t(n));
   for (int i = 0; i < n; ++i) {
     id[i] = byte_token_[uint8_t(piece[i])];
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }
-  struct Cand {
-    int32_t rank, pos, left, right;
-    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-  };
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  std::vector<Cand>& heap = sc.heap;  // min-heap by (rank, pos) via std::push_heap / pop_heap with greater<>
+  heap.clear();
   auto push = [&](int pos) {
     if (pos < 0 || next[pos] < 0) return;
     auto it = merges_.find(key(id[pos], id[next[pos]]));
-    if (it != merges_.end()) heap.push({it->second.rank, pos, id[pos], id[next[pos]]});
+    if (it == merges_.end()) return;
+    heap.push_back({it->second.rank, pos, id[pos], id[next[pos]], it->second.id});
+    std::push_heap(heap.begin(), heap.end(), std::greater<Cand>());
   };
   for (int i = 0; i + 1 < n; ++i) push(i);
   while (!heap.empty()) {
-    const Cand c = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<Cand>());
+    const Cand c = heap.back();
+    heap.pop_back();
     const int r = next[c.pos];
     if (id[c.pos] != c.left || r < 0 || id[r] != c.right) continue;  // stale candidate
-    id[c.pos] = merges_.find(key(c.left, c.right))->second.id;
+    id[c.pos] = c.merged;
     id[r] = -1;
     next[c.pos] = next[r];
     if (next[r] >= 0) prev[next[r]] = c.pos;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -150,18 +151,25 @@ json parse_json(std::string_view text, const std::string& src) {
   }
 }
 
-void apply_config(const json& cfg, const std::string& csrc, std::map<int32_t, Added>* added, TokenizerData* d,
-                  bool finished) {
-  if (!finished) {
-    if (!cfg.is_object()) fail("%s: expected a JSON object", csrc.c_str());
-    if (auto it = cfg.find("added_tokens_decoder"); it != cfg.end() && it->is_object())
-      for (auto e = it->begin(); e != it->end(); ++e) {
-        json t = e.value();
-        t["id"] = std::atoll(e.key().c_str());
-        parse_added(t, csrc + ": added_tokens_decoder['" + e.key() + "']", added);
-      }
-    return;
+// tokenizer_config.json "added_tokens_decoder": {"<id>": {content, special, ...}} (same fields as added_tokens).
+void parse_config_added(const json& cfg, const std::string& csrc, std::map<int32_t, Added>* added) {
+  if (!cfg.is_object()) fail("%s: expected a JSON object", csrc.c_str());
+  auto it = cfg.find("added_tokens_decoder");
+  if (it == cfg.end() || it->is_null()) return;
+  if (!it->is_object()) fail("%s: added_tokens_decoder: expected an object", csrc.c_str());
+  for (auto e = it->begin(); e != it->end(); ++e) {
+    const std::string where = csrc + ": added_tokens_decoder['" + e.key() + "']";
+    char* end = nullptr;
+    const long long id = std::strtoll(e.key().c_str(), &end, 10);
+    if (e.key().empty() || *end != '\0') fail("%s: key is not a token id", where.c_str());
+    json t = e.value();
+    if (!t.is_object()) fail("%s: expected an object", where.c_str());
+    t["id"] = id;
+    parse_added(t, where, added);
   }
+}
+
+void apply_config_specials(const json& cfg, const std::string& csrc, TokenizerData* d) {
   d->bos_id = special_id(cfg, "bos_token", *d, csrc);
   d->eos_id = special_id(cfg, "eos_token", *d, csrc);
   d->pad_id = special_id(cfg, "pad_token", *d, csrc);
@@ -192,7 +200,7 @@ TokenizerData parse_hf_tokenizer(std::string_view tokenizer_json, std::string_vi
   }
   const std::string csrc = source + " (tokenizer_config.json)";
   json cfg = config_json.empty() ? json::object() : parse_json(config_json, csrc);
-  apply_config(cfg, csrc, &added, &d, false);
+  parse_config_added(cfg, csrc, &added);
 
   for (const auto& [id, a] : added) {
     auto [it, fresh] = ids.emplace(id, a.content);
@@ -218,7 +226,7 @@ TokenizerData parse_hf_tokenizer(std::string_view tokenizer_json, std::string_vi
     d.token_type[size_t(id)] = int32_t(a.special ? TokenType::kControl : TokenType::kUserDefined);
     d.added_normalized[size_t(id)] = a.normalized;
   }
-  apply_config(cfg, csrc, &added, &d, true);
+  apply_config_specials(cfg, csrc, &d);
   return d;
 }
 

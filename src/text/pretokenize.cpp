@@ -53,6 +53,19 @@ const char* pre_type_name(PreType pre) {
   return "?";
 }
 
+void apply_gguf_pre_defaults(TokenizerData* d) {
+  switch (parse_pre_type(d->pre)) {
+    case PreType::kQwen35:
+    case PreType::kQwen2:
+      d->nfc = true;
+      break;
+    case PreType::kGlm4:
+      d->ignore_merges = true;
+      d->add_bos = false;
+      break;
+  }
+}
+
 std::string_view PreTokenizer::hf_regex(PreType pre) {
   switch (pre) {
     case PreType::kQwen35: return kQwen35Regex;

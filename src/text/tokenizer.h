@@ -44,6 +44,12 @@ struct TokenizerData {
   bool add_bos = false;
 };
 
+// For data read from GGUF metadata (which records only tokenizer.ggml.pre): sets what the family's HF tokenizer
+// does but the GGUF does not say. qwen35/qwen2: nfc = true (HF normalizer NFC; llama.cpp skips it).
+// glm4/glm5: ignore_merges = true and no automatic BOS (llama.cpp llama-vocab.cpp does both for these names).
+// Unknown pre -> Error (as parse_pre_type).
+void apply_gguf_pre_defaults(TokenizerData* d);
+
 // Fills TokenizerData from a Hugging Face tokenizer.json (text) and optional tokenizer_config.json (text, may be
 // empty). Unsupported features (other models, normalizers, regexes, dropout, added-token strip flags) -> Error.
 TokenizerData parse_hf_tokenizer(std::string_view tokenizer_json, std::string_view config_json,

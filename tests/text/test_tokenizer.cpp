@@ -62,7 +62,6 @@ TokenizerData load_vocab_export(const std::string& pre) {
   TokenizerData d;
   d.source = "qwen2_vocab.txt";
   d.pre = pre;
-  d.nfc = true;  // Qwen's tokenizer.json normaliser is NFC (the GGUF does not record it)
   std::string line;
   std::getline(in, line);
   EXPECT_EQ(line, "tern-vocab-export 1");
@@ -86,6 +85,8 @@ TokenizerData load_vocab_export(const std::string& pre) {
   }
   EXPECT_EQ(d.tokens.size(), 151936u);
   EXPECT_EQ(d.merges.size(), 151387u);
+  apply_gguf_pre_defaults(&d);  // Qwen's tokenizer.json normaliser is NFC; the GGUF does not record it
+  EXPECT_TRUE(d.nfc);
   return d;
 }
 
@@ -242,6 +243,9 @@ TEST(StreamDecoder, RandomTokensNeverEmitInvalidUtf8) {
 
 TEST(Tokenizer, UnknownPreTypeIsAnError) {
   TokenizerData d = load_vocab_export("qwen35");
+  TokenizerData d2;
+  d2.pre = "gpt2";
+  EXPECT_THROW(apply_gguf_pre_defaults(&d2), Error);
   d.pre = "llama-bpe";
   try {
     Tokenizer t(std::move(d));
@@ -296,6 +300,29 @@ TEST(Tokenizer, MalformedTokenizerJsonNamesTheProblem) {
   expect_bad_json([](json& j) { j["model"]["dropout"] = 0.1; }, "dropout");
   expect_bad_json([](json& j) { j["model"]["vocab"]["zz"] = -3; }, "vocab['zz']");
   expect_bad_json([](json& j) { j["decoder"] = nullptr; }, "decoder");
+}
+
+TEST(Tokenizer, ConfigAddedTokensAndSpecials) {
+  const std::string tj = read_file(fixture("small_bpe/tokenizer.json"));
+  // Consistent re-declaration of an added token is fine and its flags are used.
+  TokenizerData ok = parse_hf_tokenizer(
+      tj, R"({"added_tokens_decoder": {"3000": {"content": "<think>", "special": false}}, "eos_token": "<think>"})",
+      "t.json");
+  EXPECT_EQ(ok.eos_id, 3000);
+  EXPECT_EQ(ok.token_type[3000], int32_t(TokenType::kUserDefined));
+  auto expect_err = [&](const std::string& cfg, const std::string& needle) {
+    try {
+      parse_hf_tokenizer(tj, cfg, "t.json");
+      ADD_FAILURE() << "expected an error mentioning '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_err(R"({"added_tokens_decoder": {"3000": {"content": "<other>", "special": false}}})", "id 3000");
+  expect_err(R"({"eos_token": {"content": "<|nope|>"}})", "eos_token '<|nope|>' is not a token");
+  expect_err(R"({"added_tokens_decoder": {"x1": {"content": "<a>"}}})", "not a token id");
+  expect_err(R"([1, 2])", "expected a JSON object");
+  expect_err(R"({"eos_token": )", "invalid JSON");
 }
 
 }  // namespace
