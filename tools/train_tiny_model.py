@@ -319,7 +319,10 @@ def stage_sample(args):
         ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
         torch.manual_seed(0)
         kw = dict(do_sample=True, temperature=0.8, top_p=0.95, top_k=0) if sample else dict(do_sample=False)
-        out = model.generate(ids, max_new_tokens=60, eos_token_id=stop, pad_token_id=stop[1], **kw)
+        # Embedding rows past the real ids are padding (as in Qwen3.5): never let them be generated.
+        pad_rows = list(range(len(tok), model.config.vocab_size))
+        out = model.generate(ids, max_new_tokens=60, eos_token_id=stop, pad_token_id=stop[1],
+                             suppress_tokens=pad_rows, **kw)
         return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=False)
     for p in PROMPTS:
         for mode in (False, True):
