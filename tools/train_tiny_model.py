@@ -198,7 +198,7 @@ def lr_at(step, args):
 
 def stage_train(args):
     import torch
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     tok = load_tokenizer(args)
     train = np.fromfile(os.path.join(args.work, "train.u16"), dtype=np.uint16)
     held = eval_windows(np.fromfile(os.path.join(args.work, "eval.u16"), dtype=np.uint16), args.seq, args.eval_windows)
@@ -306,7 +306,7 @@ CHAT = [[{"role": "user", "content": 'What does "river" mean?'}],
 def stage_sample(args):
     import torch
     from transformers import AutoModelForCausalLM
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     tok = load_tokenizer(args)
     model = AutoModelForCausalLM.from_pretrained(os.path.join(args.work, "hf"), dtype=torch.float32).eval()
     stop = [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids(DOC_SEP)]
@@ -341,7 +341,7 @@ def stage_sample(args):
 def stage_eval(args):
     import torch
     from transformers import AutoModelForCausalLM
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     model = AutoModelForCausalLM.from_pretrained(os.path.join(args.work, "hf"), dtype=torch.float32)
     held = eval_windows(np.fromfile(os.path.join(args.work, "eval.u16"), dtype=np.uint16), args.seq, args.eval_windows)
     loss = evaluate(model, held)
@@ -382,6 +382,7 @@ def main():
     ap.add_argument("--eval-windows", type=int, default=16)
     ap.add_argument("--ckpt-every", type=int, default=25)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 leaves the other core to builds)")
     args = ap.parse_args()
     random.seed(args.seed)
     np.random.seed(args.seed)
