@@ -56,8 +56,10 @@ void print_text(const gguf::File& f, const gguf::ModelSummary& s) {
     std::printf("layers:        %u\n", s.n_layer);
     if (!s.layer_kinds.empty()) std::printf("layer kinds:   %s\n", describe_layers(s).c_str());
     std::printf("attention:     %u heads, %u kv heads, head dim %u\n", s.n_head, s.n_head_kv, s.head_dim);
-    std::printf("widths:        embd %u, ffn %u, vocab %" PRIu64 ", context %" PRIu64 "\n", s.n_embd, s.n_ff,
-                s.n_vocab, s.n_ctx_train);
+    std::string widths = strf("embd %u", s.n_embd);
+    if (s.n_ff) widths += strf(", ffn %u", s.n_ff);
+    widths += strf(", vocab %" PRIu64 ", context %" PRIu64, s.n_vocab, s.n_ctx_train);
+    std::printf("widths:        %s\n", widths.c_str());
     if (s.n_expert)
       std::printf("experts:       %u routed, %u used per token, expert ffn %u, shared expert ffn %u\n", s.n_expert,
                   s.n_expert_used, s.n_ff_exp, s.n_ff_shexp);

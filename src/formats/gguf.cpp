@@ -171,6 +171,10 @@ class Parser {
       a.strings.reserve(a.size);  // <= left / 8 views
       for (uint64_t j = 0; j < a.size; ++j, ++index_.back()) a.strings.push_back(read_str("string", kMaxStringLength));
     } else {
+      // Each parsed inner array costs ~100 bytes of memory for >= 12 bytes of file: cap the total.
+      if (a.size > kMaxNestedArrays - n_nested_)
+        fail("%s: %s: more than %" PRIu64 " nested arrays in the file", fname(), where().c_str(), kMaxNestedArrays);
+      n_nested_ += a.size;
       a.arrays.reserve(a.size);  // <= left / 12 values
       for (uint64_t j = 0; j < a.size; ++j, ++index_.back()) a.arrays.emplace_back(key, read_array(key, depth + 1));
     }
@@ -269,6 +273,7 @@ class Parser {
   uint64_t size_;
   uint64_t pos_ = 0;
   uint64_t n_kv_ = 0, n_tensors_ = 0;
+  uint64_t n_nested_ = 0;  // inner arrays parsed so far
   // The entry being read, formatted by where() only when reporting an error (formatting per entry is slow).
   enum class Ctx { kHeader, kEntry, kKey, kTensorIndex, kTensor };
   void set_ctx(Ctx kind, uint64_t i, std::string_view name = {}) {

@@ -27,6 +27,7 @@ constexpr uint64_t kMaxKeyLength = 1ull << 16;          // bytes in a metadata k
 constexpr size_t kMaxTensorNameLength = 63;             // ggml: GGML_MAX_NAME (64) including the NUL
 constexpr uint64_t kMaxArrayLength = 1ull << 30;        // elements in one array
 constexpr int kMaxArrayDepth = 8;                       // arrays of arrays of ... (1 = a plain array)
+constexpr uint64_t kMaxNestedArrays = 1ull << 20;       // inner arrays in one file, all keys together
 constexpr uint32_t kMaxDims = 4;                        // ggml: GGML_MAX_DIMS
 constexpr uint32_t kDefaultAlignment = 32;              // ggml: GGUF_DEFAULT_ALIGNMENT
 constexpr const char* kAlignmentKey = "general.alignment";

@@ -80,6 +80,9 @@ void read_geometry(const File& f, ModelSummary& s) {
   if (s.n_expert_used > s.n_expert)
     fail("%s: key '%sexpert_used_count': %u experts used per token, but only %u experts", f.name().c_str(), a.c_str(),
          s.n_expert_used, s.n_expert);
+  if (s.n_layer > kMaxLayers)
+    fail("%s: key '%sblock_count': %u layers, more than the %u tern accepts", f.name().c_str(), a.c_str(), s.n_layer,
+         kMaxLayers);
   if (s.n_layer_nextn > s.n_layer)
     fail("%s: key '%snextn_predict_layers': %u exceeds block_count %u", f.name().c_str(), a.c_str(), s.n_layer_nextn,
          s.n_layer);
@@ -102,10 +105,17 @@ void read_layer_kinds(const File& f, ModelSummary& s) {
   const Value* rec = f.find(a + "attention.recurrent_layers");
   const Value* interval_v = f.find(a + "full_attention_interval");
   if (!rec && !interval_v && !is_hybrid_architecture(s.architecture)) return;
+  if (s.n_layer > kMaxLayers) return;  // refused in read_geometry; never size a table by it
   const uint32_t n_main = s.n_layer - s.n_layer_nextn;
   s.layer_kinds.assign(s.n_layer, LayerKind::kNextN);
+  if (rec && !rec->is_array()) {  // a scalar applies to every main layer (llama.cpp get_key_or_arr)
+    const bool r = f.get_bool(a + "attention.recurrent_layers");
+    for (uint32_t i = 0; i < n_main; ++i) s.layer_kinds[i] = r ? LayerKind::kRecurrent : LayerKind::kAttention;
+    s.layer_rule = a + "attention.recurrent_layers (one value for all layers)";
+    return;
+  }
   if (rec) {
-    if (!rec->is_array() || rec->array_size() < n_main)
+    if (rec->array_size() < n_main)
       fail("%s: key '%s': expected a bool array of at least %u layers, found %s", f.name().c_str(),
            printable(rec->key()).c_str(), n_main, rec->describe().c_str());
     for (uint32_t i = 0; i < n_main; ++i)
@@ -153,7 +163,7 @@ void read_tensor_stats(const File& f, ModelSummary& s) {
       s.bytes_per_token += t.n_bytes;
     }
   }
-  if (s.n_layer == 0 && any_blk) s.n_layer = max_blk + 1;
+  if (s.n_layer == 0 && any_blk && max_blk < kMaxLayers) s.n_layer = max_blk + 1;
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 
 namespace tern::gguf {
 
+constexpr uint32_t kMaxLayers = 1u << 16;  // block_count above this is refused (per-layer tables are sized by it)
+
 enum class LayerKind { kAttention, kRecurrent, kNextN };  // kNextN: MTP (next-token prediction) block
 const char* layer_kind_name(LayerKind k);
 

@@ -48,8 +48,10 @@ struct Raw {
   }
 };
 
+// The File views `b`, which must outlive it: temporaries are refused at compile time.
 inline File parse(const std::vector<uint8_t>& b, const std::string& name = "t.gguf") {
   return File::parse(name, b.data(), b.size());
 }
+File parse(std::vector<uint8_t>&& b, const std::string& name = "t.gguf") = delete;
 
 }  // namespace tern::gguf::test

@@ -106,7 +106,8 @@ TEST(GgufHostile, HeaderBasics) {
   expect_error(Raw().header(0, 0, 4).b, {"unsupported GGUF version 4"});
   expect_error(Raw().header(0, 0, 0).b, {"unsupported GGUF version 0"});
   expect_error(Raw().header(0, 0, 0x03000000).b, {"byte-swapped"});
-  EXPECT_NO_THROW((void)test::parse(Raw().header(0, 0, 2).b));  // v2: same layout as v3
+  const auto v2 = Raw().header(0, 0, 2).b;
+  EXPECT_NO_THROW((void)test::parse(v2));  // v2: same layout as v3
 }
 
 TEST(GgufHostile, AbsurdCountsFailFast) {
@@ -144,7 +145,8 @@ TEST(GgufHostile, NestedArrays) {
     for (int d = 1; d < depth; ++d) r.u32(9).u64(1);
     return r.u32(4).u64(1).u32(7).b;  // innermost: one u32
   };
-  const File ok = test::parse(nested(kMaxArrayDepth));
+  const auto deepest = nested(kMaxArrayDepth);
+  const File ok = test::parse(deepest);
   EXPECT_EQ(ok.get("k").array_type(), ValueType::Array);
   expect_error(nested(kMaxArrayDepth + 1), {"key 'k'", "nested deeper than 8"});
   // Deep nesting of the maximum supported length runs out of bytes instead of recursing forever.
@@ -152,6 +154,11 @@ TEST(GgufHostile, NestedArrays) {
   r.header(0, 1).str("k").u32(9);
   for (int d = 0; d < 100000; ++d) r.u32(9).u64(1);
   expect_error(r.b, {"nested deeper"});
+  // Many small inner arrays: capped in total (each costs far more memory than its 12 bytes of file).
+  Raw m;
+  m.header(0, 1).str("k").u32(9).u32(9).u64(kMaxNestedArrays + 1);
+  for (uint64_t i = 0; i <= kMaxNestedArrays; ++i) m.u32(4).u64(0);
+  expect_error(m.b, {"key 'k'", "nested arrays"});
 }
 
 TEST(GgufHostile, UnknownTypes) {
@@ -170,7 +177,8 @@ TEST(GgufHostile, Shapes) {
   expect_error(Raw().header(1, 0).tensor("w", {1ll << 62}, kF32, 0).pad(32).b, {"tensor 'w'", "2^64 bytes"});
   expect_error(Raw().header(1, 0).tensor("w", {33}, kQ8_0, 0).pad(32).zeros(64).b, {"tensor 'w'", "block size 32"});
   // Zero-sized dimensions are allowed (as in ggml): no bytes, no data needed.
-  const File f = test::parse(Raw().header(1, 0).tensor("w", {0, 7}, kF32, 0).pad(32).b);
+  const auto empty = Raw().header(1, 0).tensor("w", {0, 7}, kF32, 0).pad(32).b;
+  const File f = test::parse(empty);
   EXPECT_EQ(f.tensors()[0].n_bytes, 0u);
   expect_error(Raw().header(1, 0).tensor(std::string(64, 'n'), {4}, kF32, 0).pad(32).zeros(16).b, {"limit is 63"});
   expect_error(Raw().header(1, 0).tensor("", {4}, kF32, 0).pad(32).zeros(16).b, {"empty name"});
@@ -190,7 +198,8 @@ TEST(GgufHostile, Offsets) {
   // The data section itself starts past the end of the file (header not padded).
   expect_error(Raw().header(1, 0).tensor("w", {0}, kF32, 0).b, {"data section starts at offset"});
   // Out-of-order, non-overlapping tensors with a gap are fine.
-  const File f = test::parse(Raw().header(2, 0).tensor("a", {8}, kF32, 64).tensor("b", {8}, kF32, 0).pad(32).zeros(96).b);
+  const auto gap = Raw().header(2, 0).tensor("a", {8}, kF32, 64).tensor("b", {8}, kF32, 0).pad(32).zeros(96).b;
+  const File f = test::parse(gap);
   EXPECT_EQ(f.get_tensor("a").offset, 64u);
 }
 

@@ -221,6 +221,22 @@ TEST(ModelSummary, RecurrentLayersArrayAndErrors) {
     EXPECT_THROW((void)summarize(test::parse(b)), Error);
   }
   {
+    Writer w;  // a per-layer table sized by a hostile block_count must not be allocated
+    w.add_str("general.architecture", "qwen35moe");
+    w.add_u32("qwen35moe.block_count", 4000000000u);
+    const auto b = w.serialize();
+    EXPECT_THROW((void)summarize(test::parse(b)), Error);
+  }
+  {
+    Writer w;
+    base(w);
+    w.add_bool("qwen35moe.attention.recurrent_layers", false);  // scalar form: every main layer
+    const auto b = w.serialize();
+    const ModelSummary s = summarize(test::parse(b));
+    EXPECT_EQ(s.layer_kinds[0], LayerKind::kAttention);
+    EXPECT_EQ(s.layer_kinds[4], LayerKind::kNextN);
+  }
+  {
     Writer w;
     w.add_str("general.architecture", "mystery");
     w.add_u32("mystery.expert_count", 2);

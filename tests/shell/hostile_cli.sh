@@ -61,6 +61,8 @@ for _ in $(seq 11); do cat chunk chunk >chunk2; mv chunk2 chunk; done
 { hdr 0 1; kv_u32 general.architecture 7; } >arch_wrong_type
 { hdr 0 3; str general.architecture; u32 8; str qwen35moe; kv_u32 qwen35moe.block_count 4
   kv_u32 qwen35moe.full_attention_interval 0; } >interval_zero
+{ hdr 0 3; str general.architecture; u32 8; str qwen35moe; kv_u32 qwen35moe.block_count 4000000000
+  kv_u32 qwen35moe.full_attention_interval 4; } >layers_4e9
 cd - >/dev/null || exit 1
 fixture=$fixtures/gguf/tiny-qwen35moe.gguf
 size=$(stat -c %s "$fixture")
