@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   using namespace tern;
   CLI::App app{"tern: inference engine for hybrid Mixture-of-Experts language models"};
   app.require_subcommand(1);
+  app.fallthrough();  // global flags (-v, -q) also work after the subcommand
   app.set_version_flag("--version", "tern 0.1.0");
   bool verbose = false, quiet = false;
   app.add_flag("-v,--verbose", verbose, "Debug logging");

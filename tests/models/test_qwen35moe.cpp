@@ -113,9 +113,12 @@ class ModelFixture : public ::testing::TestWithParam<Case> {
 };
 
 // transformers fp32 reference. F32/F16 files hold exactly the reference weights (the generator rounds them to
-// f16-representable values), so only summation order differs: |dlogit| <= 2e-3 * (1 + max|logit|) covers fp32
-// reordering through ~100 layers of a toy model (observed errors are ~1e-5 relative). Quantized files are
-// compared with llama.cpp instead (LlamaCpp test below).
+// f16-representable values), so the remaining differences are fp32 summation order and the l2-norm epsilon
+// (tern follows llama.cpp: x / max(|x|, eps); HF: x * rsqrt(|x|^2 + 1e-6)), observed ~1e-4 relative. A row may
+// also differ more where two experts' router probabilities nearly tie and the top-k choice flips (contract
+// 15.2); that changes one token's MoE output, not its neighbours'. So: top-1 agreement at every position,
+// every row within 5e-3 * (1 + max|logit|) except at most 3% of rows (near-ties), and the mean row error
+// within 1e-3 * (1 + max|logit|).
 TEST_P(ModelFixture, MatchesTransformers) {
   if (!exact_weights()) GTEST_SKIP() << "quantized weights: compared with llama.cpp, not transformers";
   auto model = Model::load(gguf().string());
@@ -123,14 +126,21 @@ TEST_P(ModelFixture, MatchesTransformers) {
     std::vector<float> lg = teacher_forced(*model, p.tokens);
     const int64_t V = model->config.n_vocab;
     ASSERT_EQ(static_cast<int64_t>(lg.size()), static_cast<int64_t>(p.tokens.size()) * V);
-    double max_err = 0, max_ref = 0;
+    double max_ref = 0, sum_err = 0;
+    std::vector<double> row_err(p.rows, 0.0);
     for (int64_t r = 0; r < p.rows; ++r)
       for (int64_t v = 0; v < V; ++v) {
         const double ref = p.logits[r * V + v], got = lg[(p.first_row + r) * V + v];
-        max_err = std::max(max_err, std::fabs(ref - got));
+        row_err[r] = std::max(row_err[r], std::fabs(ref - got));
         max_ref = std::max(max_ref, std::fabs(ref));
       }
-    EXPECT_LE(max_err, 2e-3 * (1 + max_ref)) << p.name << ": max |dlogit| " << max_err;
+    int64_t outliers = 0;
+    for (double e : row_err) {
+      outliers += e > 5e-3 * (1 + max_ref);
+      sum_err += e;
+    }
+    EXPECT_LE(outliers, p.rows * 3 / 100) << p.name << ": rows beyond 5e-3 relative";
+    EXPECT_LE(sum_err / p.rows, 1e-3 * (1 + max_ref)) << p.name << ": mean row max |dlogit|";
     int agree = 0;
     for (size_t t = 0; t < p.tokens.size(); ++t) agree += runtime::argmax(lg.data() + t * V, V) == p.argmax[t];
     EXPECT_EQ(agree, static_cast<int>(p.tokens.size())) << p.name << ": top-1 agreement with transformers";
