@@ -2,6 +2,7 @@
 // which rows belong to which sequence. Projections and the MoE run over all rows at once (weights read once);
 // attention and the DeltaNet recurrence run per segment against that sequence's state.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
