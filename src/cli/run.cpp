@@ -117,6 +117,7 @@ static RunFn setup_run(CLI::App& app) {
   app.add_option("-n,--n-predict", o->gen.n_predict, "Tokens to generate (-1: until end of generation)")
       ->capture_default_str();
   app.add_option("--stop", o->gen.stop, "Stop string (repeatable)");
+  app.add_flag("--ignore-eos", o->gen.ignore_eos, "Keep generating past end-of-generation tokens");
   add_sampling_options(app, o->sampling);
   return [o] {
     const int modes = !o->tokens.empty() + !o->prompt.empty() + !o->prompt_file.empty();

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# CLI contracts that outside checks rely on (issue: forward, text): exact stdout of `run --print-ids`,
+# `logits` file layout, `tokenize`/`detokenize`, and one-line errors with exit status 1 for bad input.
+set -u
+TERN=$1
+FIX=$2
+M=$FIX/models/q35-ratio.f32.gguf
+fails=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails+1)); fi; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+# run --tokens --print-ids: N ids separated by single spaces on one line, nothing else on stdout.
+"$TERN" run -m "$M" --tokens 1,2,3 -n 7 --temp 0 --print-ids -t 1 >"$tmp/ids" 2>"$tmp/err"
+check "run --print-ids exit 0" '[ $? -eq 0 ]'
+check "run --print-ids prints 7 ids on one line" 'grep -Eq "^[0-9]+( [0-9]+){6}$" "$tmp/ids" && [ $(wc -l <"$tmp/ids") -eq 1 ]'
+"$TERN" run -m "$M" --tokens 1,2,3 -n 7 --temp 0 --print-ids -t 2 >"$tmp/ids2" 2>/dev/null
+check "run --print-ids same ids with 2 threads" 'cmp -s "$tmp/ids" "$tmp/ids2"'
+
+# logits: n_tokens rows of n_vocab float32.
+"$TERN" logits -m "$M" --tokens 5,6,7,8 -o "$tmp/l.bin" -c 64 >"$tmp/out" 2>/dev/null
+check "logits exit 0 and nothing on stdout" '[ $? -eq 0 ] && [ ! -s "$tmp/out" ]'
+nv=$("$TERN" info "$M" --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["n_vocab"])')
+check "logits file is 4 x n_vocab floats" '[ "$(stat -c %s "$tmp/l.bin")" -eq $((4 * nv * 4)) ]'
+
+# tokenize / detokenize round trip.
+ids=$("$TERN" tokenize -m "$M" -p "Hello world, hello tern." 2>/dev/null)
+check "tokenize prints ids on one line" 'echo "$ids" | grep -Eq "^[0-9]+( [0-9]+)*$"'
+txt=$("$TERN" detokenize -m "$M" --tokens "$(echo "$ids" | tr " " ",")" 2>/dev/null)
+check "detokenize(tokenize(x)) == x" '[ "$txt" = "Hello world, hello tern." ]'
+
+# Bad input: exit 1 and one line on stderr starting with "tern: error:".
+bad() {
+  "$TERN" "$@" >/dev/null 2>"$tmp/e"; rc=$?
+  check "error exit 1: $*" '[ $rc -eq 1 ] && [ $(wc -l <"$tmp/e") -eq 1 ] && grep -q "^tern: error:" "$tmp/e"'
+}
+bad run -m "$M" --tokens 1,x,3 --print-ids
+bad run -m "$M" --tokens 1,2 -n 100 -c 16 --print-ids
+bad run -m "$M" --tokens 999999 -n 1 --print-ids
+bad run -m "$M" -p "" -n 1
+bad run -m "$M" --bogus-flag
+bad run -m "$M" -p "hi" -t -3
+bad logits -m "$M" --tokens 1,2 -o /nonexistent/dir/x.bin
+bad run -m "$FIX/nonexistent.gguf" -p hi
+bad tokenize -m "$M"
+
+echo "$fails failed"
+[ $fails -eq 0 ]
