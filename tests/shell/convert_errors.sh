@@ -13,7 +13,7 @@ fails=0
 expect_fail() {
   local name=$1 pat=$2
   shift 2
-  "$@" >"$work/out" 2>"$work/err"
+  "$@" >"$work/stdout" 2>"$work/err"
   local rc=$?
   if [ $rc -ne 1 ] || ! grep -q -- "$pat" "$work/err"; then
     echo "FAIL $name: rc=$rc, stderr:"; cat "$work/err"; fails=$((fails + 1))
@@ -41,7 +41,7 @@ expect_fail shape-mismatch "expected \[7, 48, 24\] from config.json" "$tern" con
 
 mkdir "$work/trunc" && cp "$fx"/hf/odd/* "$work/trunc/"
 truncate -s -100 "$work/trunc/model.safetensors"
-expect_fail truncated-weights "model.safetensors: tensors cover" "$tern" convert "$work/trunc" -o "$work/x.gguf"
+expect_fail truncated-weights "is past the data section" "$tern" convert "$work/trunc" -o "$work/x.gguf"
 
 expect_fail bad-type "supported: f32, f16, bf16, q8_0" "$tern" convert "$fx/hf/odd" -o "$work/x.gguf" --type q3_k_xl
 
