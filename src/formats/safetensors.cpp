@@ -36,26 +36,53 @@ std::string known_dtypes() {
 
 using Json = nlohmann::json;
 
-// Parses the header JSON, rejecting duplicate keys in any object (nlohmann would keep the last silently).
-Json parse_json(const std::string& file, const char* text, size_t n) {
+// SAX pass that records the first duplicate key of any object (nlohmann's DOM parse keeps the last silently,
+// and its callback parser is quadratic in the number of keys of one object).
+struct DupKeyFinder : nlohmann::json_sax<Json> {
   std::vector<std::set<std::string>> open;
-  std::string dup;
-  auto cb = [&](int /*depth*/, Json::parse_event_t ev, Json& parsed) {
-    if (ev == Json::parse_event_t::object_start) open.emplace_back();
-    else if (ev == Json::parse_event_t::object_end && !open.empty()) open.pop_back();
-    else if (ev == Json::parse_event_t::key && !open.empty() && dup.empty()) {
-      const std::string& k = parsed.get_ref<const std::string&>();
-      if (!open.back().insert(k).second) dup = k;
+  std::string dup, error;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open.emplace_back();
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (!open.back().insert(k).second) {
+      dup = k;
+      return false;  // stop: one duplicate is enough
     }
     return true;
-  };
+  }
+  bool end_object() override {
+    open.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = e.what();
+    return false;
+  }
+};
+
+// Parses the header JSON, rejecting duplicate keys in any object.
+Json parse_json(const std::string& file, const char* text, size_t n) {
+  DupKeyFinder sax;
+  Json::sax_parse(text, text + n, &sax);
+  if (!sax.dup.empty()) fail("%s: header: duplicate key '%s'", file.c_str(), sax.dup.c_str());
+  if (!sax.error.empty()) fail("%s: header is not valid JSON: %s", file.c_str(), sax.error.c_str());
   Json j;
   try {
-    j = Json::parse(text, text + n, cb);
+    j = Json::parse(text, text + n);
   } catch (const Json::exception& e) {
     fail("%s: header is not valid JSON: %s", file.c_str(), e.what());
   }
-  if (!dup.empty()) fail("%s: header: duplicate key '%s'", file.c_str(), dup.c_str());
   if (!j.is_object()) fail("%s: header is not a JSON object", file.c_str());
   return j;
 }
