@@ -1,0 +1,344 @@
+// The tensor table and the plan. Names and transforms: spec qwen35moe.md section 3 and llama.cpp's
+// conversion/qwen.py (Qwen2MoeModel expert merging, _QwenMtpMixin MTP remap, _LinearAttentionVReorderBase,
+// Qwen3NextModel). Output order follows llama.cpp: checkpoint names sorted per file, stacked experts emitted
+// where the layer's last expert key appears, gate_up split into gate then up.
+#include "convert/contract.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+
+namespace tern::convert {
+
+namespace {
+
+enum Shape : int {
+  kShH, kShVH, kShEH, kShE2FH, kShEHF, kShFH, kShHF, kShFsH, kShHFs, kSh1H, kShQ, kShKV, kShO, kShHd,
+  kShQkv, kShZ, kShHvH, kShConv, kShHv, kShDv, kShOut, kShFc,
+};
+
+using K = LayerKind;
+using X = Xform;
+using R = Reorder;
+
+// Text-model names (after `model.language_model.` / `model.`), MTP head names (after `mtp.`), and lm_head.
+const std::vector<Rule> kRules = {
+    {"lm_head.weight", "output.weight", K::kGlobal, X::kNone, R::kNone, kShVH},
+    {"embed_tokens.weight", "token_embd.weight", K::kGlobal, X::kNone, R::kNone, kShVH},
+    {"norm.weight", "output_norm.weight", K::kGlobal, X::kNormPlusOne, R::kNone, kShH},
+    {"layers.{L}.input_layernorm.weight", "blk.{L}.attn_norm.weight", K::kAny, X::kNormPlusOne, R::kNone, kShH},
+    {"layers.{L}.post_attention_layernorm.weight", "blk.{L}.post_attention_norm.weight", K::kAny, X::kNormPlusOne,
+     R::kNone, kShH},
+    {"layers.{L}.mlp.gate.weight", "blk.{L}.ffn_gate_inp.weight", K::kAny, X::kNone, R::kNone, kShEH},
+    {"layers.{L}.mlp.experts.gate_up_proj", "blk.{L}.ffn_gate_exps.weight", K::kAny, X::kNone, R::kNone, kShE2FH},
+    {"layers.{L}.mlp.experts.gate_up_proj.weight", "blk.{L}.ffn_gate_exps.weight", K::kAny, X::kNone, R::kNone,
+     kShE2FH},
+    {"layers.{L}.mlp.experts.down_proj", "blk.{L}.ffn_down_exps.weight", K::kAny, X::kNone, R::kNone, kShEHF},
+    {"layers.{L}.mlp.experts.down_proj.weight", "blk.{L}.ffn_down_exps.weight", K::kAny, X::kNone, R::kNone, kShEHF},
+    {"layers.{L}.mlp.experts.{E}.gate_proj.weight", "blk.{L}.ffn_gate_exps.weight", K::kAny, X::kNone, R::kNone, kShFH},
+    {"layers.{L}.mlp.experts.{E}.up_proj.weight", "blk.{L}.ffn_up_exps.weight", K::kAny, X::kNone, R::kNone, kShFH},
+    {"layers.{L}.mlp.experts.{E}.down_proj.weight", "blk.{L}.ffn_down_exps.weight", K::kAny, X::kNone, R::kNone, kShHF},
+    {"layers.{L}.mlp.shared_expert.gate_proj.weight", "blk.{L}.ffn_gate_shexp.weight", K::kAny, X::kNone, R::kNone, kShFsH},
+    {"layers.{L}.mlp.shared_expert.up_proj.weight", "blk.{L}.ffn_up_shexp.weight", K::kAny, X::kNone, R::kNone, kShFsH},
+    {"layers.{L}.mlp.shared_expert.down_proj.weight", "blk.{L}.ffn_down_shexp.weight", K::kAny, X::kNone, R::kNone, kShHFs},
+    {"layers.{L}.mlp.shared_expert_gate.weight", "blk.{L}.ffn_gate_inp_shexp.weight", K::kAny, X::kNone, R::kNone, kSh1H},
+    // Full attention: q_proj keeps its per-head interleaved [query | gate] rows.
+    {"layers.{L}.self_attn.q_proj.weight", "blk.{L}.attn_q.weight", K::kFull, X::kNone, R::kNone, kShQ},
+    {"layers.{L}.self_attn.k_proj.weight", "blk.{L}.attn_k.weight", K::kFull, X::kNone, R::kNone, kShKV},
+    {"layers.{L}.self_attn.v_proj.weight", "blk.{L}.attn_v.weight", K::kFull, X::kNone, R::kNone, kShKV},
+    {"layers.{L}.self_attn.o_proj.weight", "blk.{L}.attn_output.weight", K::kFull, X::kNone, R::kNone, kShO},
+    {"layers.{L}.self_attn.q_norm.weight", "blk.{L}.attn_q_norm.weight", K::kFull, X::kNormPlusOne, R::kNone, kShHd},
+    {"layers.{L}.self_attn.k_norm.weight", "blk.{L}.attn_k_norm.weight", K::kFull, X::kNormPlusOne, R::kNone, kShHd},
+    // Gated DeltaNet.
+    {"layers.{L}.linear_attn.in_proj_qkv.weight", "blk.{L}.attn_qkv.weight", K::kLinear, X::kNone, R::kQkvRows, kShQkv},
+    {"layers.{L}.linear_attn.in_proj_z.weight", "blk.{L}.attn_gate.weight", K::kLinear, X::kNone, R::kRows, kShZ},
+    {"layers.{L}.linear_attn.in_proj_b.weight", "blk.{L}.ssm_beta.weight", K::kLinear, X::kNone, R::kRowsHead1, kShHvH},
+    {"layers.{L}.linear_attn.in_proj_a.weight", "blk.{L}.ssm_alpha.weight", K::kLinear, X::kNone, R::kRowsHead1, kShHvH},
+    {"layers.{L}.linear_attn.conv1d.weight", "blk.{L}.ssm_conv1d.weight", K::kLinear, X::kNone, R::kConvRows, kShConv},
+    {"layers.{L}.linear_attn.dt_bias", "blk.{L}.ssm_dt.bias", K::kLinear, X::kNone, R::kVec, kShHv},
+    {"layers.{L}.linear_attn.A_log", "blk.{L}.ssm_a", K::kLinear, X::kNegExp, R::kVec, kShHv},
+    {"layers.{L}.linear_attn.norm.weight", "blk.{L}.ssm_norm.weight", K::kLinear, X::kNone, R::kNone, kShDv},
+    {"layers.{L}.linear_attn.out_proj.weight", "blk.{L}.ssm_out.weight", K::kLinear, X::kNone, R::kCols, kShOut},
+    // MTP head (names after `mtp.`); its layers reuse the layer rules at block n_layer + j.
+    {"fc.weight", "blk.{N}.nextn.eh_proj.weight", K::kMtpHead, X::kNone, R::kNone, kShFc},
+    {"pre_fc_norm_embedding.weight", "blk.{N}.nextn.enorm.weight", K::kMtpHead, X::kNormPlusOne, R::kNone, kShH},
+    {"pre_fc_norm_hidden.weight", "blk.{N}.nextn.hnorm.weight", K::kMtpHead, X::kNormPlusOne, R::kNone, kShH},
+    {"norm.weight", "blk.{N}.nextn.shared_head_norm.weight", K::kMtpHead, X::kNormPlusOne, R::kNone, kShH},
+};
+
+bool parse_index(const std::string& s, size_t& i, int64_t& out) {
+  const size_t st = i;
+  int64_t v = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9' && i - st < 9) v = v * 10 + (s[i++] - '0');
+  if (i == st || (s[st] == '0' && i - st > 1)) return false;
+  out = v;
+  return true;
+}
+
+// Matches `name` against a pattern with {L} / {E} placeholders (decimal, no leading zeros).
+bool match(const char* pat, const std::string& name, int64_t& L, int64_t& E) {
+  size_t i = 0;
+  for (const char* p = pat; *p;) {
+    if (p[0] == '{' && (p[1] == 'L' || p[1] == 'E') && p[2] == '}') {
+      if (!parse_index(name, i, p[1] == 'L' ? L : E)) return false;
+      p += 3;
+    } else {
+      if (i >= name.size() || name[i] != *p) return false;
+      ++i, ++p;
+    }
+  }
+  return i == name.size();
+}
+
+std::string fill(const char* pat, int64_t L) {
+  std::string s = pat;
+  for (const char* ph : {"{L}", "{N}"})
+    if (size_t at = s.find(ph); at != std::string::npos) s.replace(at, 3, std::to_string(L));
+  return s;
+}
+
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
+}  // namespace
+
+const std::vector<Rule>& qwen35moe_rules() { return kRules; }
+
+std::vector<int64_t> expected_shape(const Rule& r, const HParams& h) {
+  const int64_t H = h.n_embd, E = h.n_expert, F = h.n_ff_exp, Fs = h.n_ff_shexp;
+  switch (r.shape_id) {
+    case kShH: return {H};
+    case kShVH: return {h.n_vocab, H};
+    case kShEH: return {E, H};
+    case kShE2FH: return {E, 2 * F, H};
+    case kShEHF: return {E, H, F};
+    case kShFH: return {F, H};
+    case kShHF: return {H, F};
+    case kShFsH: return {Fs, H};
+    case kShHFs: return {H, Fs};
+    case kSh1H: return {1, H};
+    case kShQ: return {2 * h.n_head * h.head_dim, H};  // attn_output_gate: [query | gate] per head
+    case kShKV: return {h.n_head_kv * h.head_dim, H};
+    case kShO: return {H, h.n_head * h.head_dim};
+    case kShHd: return {h.head_dim};
+    case kShQkv: return {h.conv_dim(), H};
+    case kShZ: return {h.ssm_v_heads * h.ssm_v_dim, H};
+    case kShHvH: return {h.ssm_v_heads, H};
+    case kShConv: return {h.conv_dim(), 1, h.ssm_conv_kernel};
+    case kShHv: return {h.ssm_v_heads};
+    case kShDv: return {h.ssm_v_dim};
+    case kShOut: return {H, h.ssm_v_heads * h.ssm_v_dim};
+    case kShFc: return {H, 2 * H};
+  }
+  return {};
+}
+
+Classified classify(const std::string& full, const HParams& hp, bool keep_mtp) {
+  Classified c;
+  std::string name = full;
+  bool mtp = false;
+  if (starts_with(name, "model.visual.")) {
+    c.cls = TensorClass::kSkipVisual;
+    return c;
+  }
+  if (starts_with(name, "model.language_model.")) name = name.substr(21);
+  else if (starts_with(name, "model.mtp.")) name = name.substr(6), mtp = true;
+  else if (starts_with(name, "mtp.")) name = name.substr(4), mtp = true;
+  else if (starts_with(name, "model.")) name = name.substr(6);
+  else if (name != "lm_head.weight") {
+    c.why = "unknown prefix";
+    return c;
+  }
+  if (mtp) {
+    c.cls = keep_mtp ? TensorClass::kConvert : TensorClass::kSkipMtp;
+    if (!keep_mtp) return c;
+  }
+  for (const Rule& r : kRules) {
+    if ((r.kind == K::kMtpHead) != (mtp && !starts_with(name, "layers."))) continue;
+    if (r.kind == K::kGlobal && (mtp || (std::string(r.hf) == "lm_head.weight") != (full == "lm_head.weight")))
+      continue;
+    int64_t L = -1, E = -1;
+    if (!match(r.hf, name, L, E)) continue;
+    c.rule = &r;
+    c.expert = E;
+    if (mtp) {
+      L = hp.n_layer + (L < 0 ? 0 : L);
+    } else if (L >= hp.n_layer) {
+      c.cls = TensorClass::kUnknown;
+      c.why = "layer index past num_hidden_layers";
+      return c;
+    }
+    c.layer = L;
+    const bool recurrent = L >= 0 && L < hp.n_layer && hp.recurrent[static_cast<size_t>(L)];
+    if ((r.kind == K::kLinear && !recurrent) || (r.kind == K::kFull && recurrent && !mtp)) {
+      c.cls = TensorClass::kUnknown;
+      c.why = recurrent ? "attention tensor in a linear-attention layer" : "linear-attention tensor in a full-attention layer";
+      return c;
+    }
+    c.cls = TensorClass::kConvert;
+    c.gguf = fill(r.gguf, L);
+    return c;
+  }
+  c.cls = TensorClass::kUnknown;
+  c.why = "no rule";
+  return c;
+}
+
+int64_t OutTensor::n_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string o = "[";
+  for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+  return o + "]";
+}
+
+std::string src_label(const Checkpoint& ck, const SourceTensor& s) {
+  return ck.files[s.file]->name() + ": tensor '" + s.name + "'";
+}
+
+// Per-expert keys of one layer, gathered until all n_expert * 3 are present (Qwen2MoeModel.modify_tensors).
+struct ExpertGroup {
+  std::map<std::string, std::vector<const SourceTensor*>> by_proj;  // "gate"/"up"/"down" -> [n_expert]
+  size_t count = 0;
+};
+
+}  // namespace
+
+Plan make_plan(const Checkpoint& ck, bool keep_mtp) {
+  const HParams& hp = ck.hp;
+  Plan plan;
+  std::vector<std::string> unknown;
+  std::vector<std::pair<const SourceTensor*, Classified>> conv;
+  for (const SourceTensor& s : ck.tensors) {
+    Classified c = classify(s.name, hp, keep_mtp);
+    switch (c.cls) {
+      case TensorClass::kSkipMtp: ++plan.n_skipped_mtp; break;
+      case TensorClass::kSkipVisual: ++plan.n_skipped_visual; break;
+      case TensorClass::kUnknown: unknown.push_back(s.name + (c.why.empty() ? "" : " (" + c.why + ")")); break;
+      case TensorClass::kConvert: conv.emplace_back(&s, std::move(c)); break;
+    }
+  }
+  if (!unknown.empty()) {
+    std::string list;
+    for (const std::string& u : unknown) list += "\n  " + u;
+    fail("%s: %zu tensor name(s) not in the qwen35moe contract:%s", ck.dir.c_str(), unknown.size(), list.c_str());
+  }
+  // Dtype and shape of every converted source, before any data is read.
+  for (auto& [s, c] : conv) {
+    const auto dt = s->info->dtype;
+    if (dt != safetensors::DType::F32 && dt != safetensors::DType::F16 && dt != safetensors::DType::BF16)
+      fail("%s: dtype %s is not supported (supported: F32, F16, BF16)", src_label(ck, *s).c_str(),
+           safetensors::dtype_name(dt));
+    const std::vector<int64_t> want = expected_shape(*c.rule, hp);
+    if (s->info->shape != want)
+      fail("%s: shape %s, expected %s from config.json", src_label(ck, *s).c_str(), s->info->shape_str().c_str(),
+           shape_str(want).c_str());
+    if (c.layer >= hp.n_layer) plan.n_mtp_layers = std::max(plan.n_mtp_layers, c.layer - hp.n_layer + 1);
+  }
+  plan.n_sources_converted = conv.size();
+  plan.block_count = hp.n_layer + plan.n_mtp_layers;
+
+  std::map<int64_t, ExpertGroup> groups;
+  std::map<std::string, const SourceTensor*> done;  // GGUF name -> first source (duplicate detection)
+  auto emit = [&](OutTensor t, const SourceTensor* s) {
+    if (auto it = done.find(t.name); it != done.end())
+      fail("%s: maps to GGUF tensor '%s', already produced from '%s'", src_label(ck, *s).c_str(), t.name.c_str(),
+           it->second->name.c_str());
+    done[t.name] = s;
+    plan.tensors.push_back(std::move(t));
+  };
+  for (auto& [s, c] : conv) {
+    const Rule& r = *c.rule;
+    OutTensor t;
+    t.name = c.gguf;
+    t.layer = c.layer;
+    t.xform = r.xform;
+    t.reorder = hp.ssm_k_heads != hp.ssm_v_heads ? r.reorder : Reorder::kNone;
+    t.shape = s->info->shape;
+    t.srcs = {s};
+    if (c.expert >= 0) {
+      if (c.expert >= hp.n_expert)
+        fail("%s: expert index %lld >= num_experts %lld", src_label(ck, *s).c_str(), static_cast<long long>(c.expert),
+             static_cast<long long>(hp.n_expert));
+      ExpertGroup& g = groups[c.layer];
+      auto& v = g.by_proj[t.name];
+      v.resize(static_cast<size_t>(hp.n_expert), nullptr);
+      v[static_cast<size_t>(c.expert)] = s;
+      if (++g.count < static_cast<size_t>(hp.n_expert) * 3) continue;
+      for (const char* proj : {"ffn_down_exps", "ffn_gate_exps", "ffn_up_exps"}) {
+        const std::string gname = "blk." + std::to_string(c.layer) + "." + proj + ".weight";
+        auto it = g.by_proj.find(gname);
+        if (it == g.by_proj.end()) fail("%s: layer %lld: per-expert %s keys missing", ck.dir.c_str(), static_cast<long long>(c.layer), proj);
+        OutTensor st;
+        st.name = gname;
+        st.layer = c.layer;
+        st.combine = Combine::kStackExperts;
+        st.srcs = it->second;
+        for (const SourceTensor* e : st.srcs)
+          if (!e) fail("%s: layer %lld: %s has a missing expert", ck.dir.c_str(), static_cast<long long>(c.layer), proj);
+        st.shape = {hp.n_expert, st.srcs[0]->info->shape[0], st.srcs[0]->info->shape[1]};
+        emit(std::move(st), s);
+      }
+      groups.erase(c.layer);
+      continue;
+    }
+    if (r.shape_id == kShE2FH) {  // gate_up_proj [E, 2F, H] -> gate [E, F, H], up [E, F, H]
+      t.shape[1] /= 2;
+      t.combine = Combine::kSplitGate;
+      OutTensor up = t;
+      up.name = "blk." + std::to_string(c.layer) + ".ffn_up_exps.weight";
+      up.combine = Combine::kSplitUp;
+      emit(std::move(t), s);
+      emit(std::move(up), s);
+      continue;
+    }
+    if (r.shape_id == kShConv) t.shape = {t.shape[0], t.shape[2]};  // squeeze [C, 1, K] -> [C, K]
+    emit(std::move(t), s);
+  }
+  for (auto& [layer, g] : groups)
+    fail("%s: layer %lld: %zu of %lld per-expert tensors present", ck.dir.c_str(), static_cast<long long>(layer),
+         g.count, static_cast<long long>(hp.n_expert * 3));
+
+  // Completeness: every layer has its tensors (a missing one would otherwise surface only at load time).
+  std::vector<std::string> missing;
+  auto need = [&](const std::string& n) {
+    if (!done.count(n)) missing.push_back(n);
+  };
+  need("token_embd.weight");
+  need("output_norm.weight");
+  if (!hp.tie_word_embeddings) need("output.weight");
+  for (int64_t il = 0; il < plan.block_count; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    const bool rec = il < hp.n_layer && hp.recurrent[static_cast<size_t>(il)];
+    for (const char* n : {"attn_norm.weight", "post_attention_norm.weight", "ffn_gate_inp.weight", "ffn_gate_exps.weight",
+                          "ffn_up_exps.weight", "ffn_down_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
+                          "ffn_down_shexp.weight", "ffn_gate_inp_shexp.weight"})
+      need(b + n);
+    if (rec)
+      for (const char* n : {"attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight",
+                            "ssm_conv1d.weight", "ssm_dt.bias", "ssm_a", "ssm_norm.weight", "ssm_out.weight"})
+        need(b + n);
+    else
+      for (const char* n : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                            "attn_q_norm.weight", "attn_k_norm.weight"})
+        need(b + n);
+    if (il >= hp.n_layer)
+      for (const char* n : {"nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight",
+                            "nextn.shared_head_norm.weight"})
+        need(b + n);
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (size_t i = 0; i < missing.size() && i < 20; ++i) list += "\n  " + missing[i];
+    fail("%s: %zu GGUF tensor(s) have no source in the checkpoint:%s", ck.dir.c_str(), missing.size(), list.c_str());
+  }
+  return plan;
+}
+
+}  // namespace tern::convert

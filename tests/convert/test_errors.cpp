@@ -1,0 +1,119 @@
+// Contract violations found before any tensor data is read: unknown names (all listed), unsupported dtypes,
+// missing tensors, shards that disagree with their index. Each case edits a copy of the committed `odd`
+// checkpoint by rewriting its safetensors file.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "convert/convert.h"
+#include "core/error.h"
+#include "formats/safetensors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace tern;
+
+struct Entry {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+std::vector<Entry> load_entries(const std::string& path) {
+  const auto f = safetensors::File::open(path);
+  std::vector<Entry> v;
+  for (const auto& t : f.tensors())
+    v.push_back({t.name, safetensors::dtype_name(t.dtype), t.shape, {t.data, t.data + t.n_bytes()}});
+  return v;
+}
+
+void save_entries(const std::string& path, const std::vector<Entry>& v) {
+  nlohmann::ordered_json h;
+  uint64_t off = 0;
+  for (const Entry& e : v) {
+    h[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {off, off + e.bytes.size()}}};
+    off += e.bytes.size();
+  }
+  const std::string js = h.dump();
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t n = js.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << js;
+  for (const Entry& e : v) out.write(reinterpret_cast<const char*>(e.bytes.data()), static_cast<std::streamsize>(e.bytes.size()));
+}
+
+// A copy of the odd checkpoint whose tensors `edit` may change; returns the conversion error ("" if none).
+std::string convert_error(const std::function<void(std::vector<Entry>&)>& edit, const std::string& tag) {
+  const fs::path dir = fs::temp_directory_path() / ("tern_convert_err_" + tag + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& f : fs::directory_iterator(std::string(TERN_FIXTURES_DIR) + "/hf/odd")) fs::copy(f.path(), dir / f.path().filename());
+  auto v = load_entries((dir / "model.safetensors").string());
+  edit(v);
+  save_entries((dir / "model.safetensors").string(), v);
+  convert::Options o;
+  o.input_dir = dir.string();
+  o.dry_run = true;  // every check here happens before data is read
+  std::string err;
+  try {
+    ::testing::internal::CaptureStdout();
+    convert::run(o);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  ::testing::internal::GetCapturedStdout();
+  fs::remove_all(dir);
+  return err;
+}
+
+TEST(ConvertErrors, UnchangedCopyConverts) { EXPECT_EQ(convert_error([](auto&) {}, "none"), ""); }
+
+TEST(ConvertErrors, ListsEveryUnknownName) {
+  const std::string e = convert_error(
+      [](std::vector<Entry>& v) {
+        v.push_back({"model.language_model.layers.0.mlp.router_bias", "F32", {7}, std::vector<uint8_t>(28)});
+        v.push_back({"extra_head.weight", "F32", {2}, std::vector<uint8_t>(8)});
+      },
+      "unknown");
+  EXPECT_NE(e.find("2 tensor name(s) not in the qwen35moe contract"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.language_model.layers.0.mlp.router_bias"), std::string::npos) << e;
+  EXPECT_NE(e.find("extra_head.weight"), std::string::npos) << e;
+}
+
+TEST(ConvertErrors, UnsupportedDtypeIsNamed) {
+  const std::string e = convert_error(
+      [](std::vector<Entry>& v) {
+        for (Entry& t : v)
+          if (t.name == "model.language_model.layers.0.linear_attn.A_log") t.dtype = "I16";  // same byte size as BF16
+      },
+      "dtype");
+  EXPECT_NE(e.find("tensor 'model.language_model.layers.0.linear_attn.A_log': dtype I16 is not supported"),
+            std::string::npos) << e;
+}
+
+TEST(ConvertErrors, MissingTensorIsNamed) {
+  const std::string e = convert_error(
+      [](std::vector<Entry>& v) {
+        std::erase_if(v, [](const Entry& t) { return t.name == "model.language_model.layers.4.self_attn.k_norm.weight"; });
+      },
+      "missing");
+  EXPECT_NE(e.find("blk.4.attn_k_norm.weight"), std::string::npos) << e;
+}
+
+TEST(ConvertErrors, ShapeMismatchIsNamed) {
+  const std::string e = convert_error(
+      [](std::vector<Entry>& v) {
+        for (Entry& t : v)
+          if (t.name == "model.language_model.layers.1.self_attn.q_norm.weight") t.shape = {4, 6};  // 24 elements
+      },
+      "shape");
+  EXPECT_NE(e.find("self_attn.q_norm.weight': shape [4, 6], expected [24]"), std::string::npos) << e;
+}
+
+}  // namespace
