@@ -55,12 +55,14 @@ QUANT_FTYPES = {"q4_0": 2, "q8_0": 7, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}  #
 
 def quantize(src: Path, dst: Path, qtype: str, nthread: int = 2) -> None:
     """llama.cpp's quantizer (llama_model_quantize, as llama-quantize runs it) from an F32 file."""
+    import ctypes
+
     import llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = QUANT_FTYPES[qtype]
     params.nthread = nthread
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize {src} -> {qtype} failed ({rc})")
 
