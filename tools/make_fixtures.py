@@ -5,8 +5,9 @@ teacher-forced logits on each committed file.
 
 Per preset:
   1. hf        transformers checkpoint in WORK/<preset>/hf (weights f16-representable, trained BPE tokenizer);
-               OUT/<preset>/ref_hf.json + hf_len*.f32.bin: teacher-forced logits for prompts of 1, 5, 63, 64,
-               65 and 300 tokens, and 40-token greedy continuations (checked varied, and equal to teacher forcing)
+               OUT/<preset>/ref_hf.json + hf_len*.f32.bin: teacher-forced logits for random prompts of 1, 5, 63,
+               64, 65 and 300 tokens, and 40-token greedy continuations (checked varied, and equal to teacher
+               forcing); a prompt is redrawn while any of its rows, or its continuation's, nears a top-1 tie
   2. gguf      OUT/<preset>.<type>.gguf by llama.cpp's convert_hf_to_gguf.py (llama-cpp-python sdist)
   3. llamacpp  (needs `import llama_cpp`) quantized types by llama_model_quantize from the F32 conversion, then
                OUT/<preset>/ref_llamacpp_<type>.json + bins: llama.cpp's logits on every committed GGUF
@@ -42,6 +43,14 @@ def versions(lcpp: Path | None) -> dict:
             "llama_cpp_sdist": convert.SDIST, "llama_cpp_python (installed)": llamacpp.available()}
 
 
+# Near-tie margins (logits). Stored rows are compared with llama.cpp, whose F16 path (activations rounded to f16)
+# moved a top-2 gap by 0.002 on q24t-shape; the other rows (top-1 only) and greedy continuations are compared
+# with tern, whose largest error against transformers is 0.003 (q24t-shape, the l2-norm epsilon).
+MIN_GAP_STORED = 0.02
+MIN_GAP_ARGMAX = 0.004
+MAX_ATTEMPTS = 40
+
+
 def check_greedy(name: str, toks: list[int]) -> int:
     """A continuation must be varied: a seed whose model repeats itself tests nothing."""
     distinct = len(set(toks))
@@ -52,39 +61,55 @@ def check_greedy(name: str, toks: list[int]) -> int:
     return distinct
 
 
+def reference_prompt(p: Preset, model, n: int) -> tuple[int, list[int], np.ndarray, list[int] | None]:
+    """The first draw of an n-token prompt (and, for a greedy prompt, its continuation) with no row nearer a
+    top-1 tie than the margins above: an engine that rounds differently must not flip an exact-weight
+    comparison on a coin toss."""
+    name = f"len{n}"
+    for attempt in range(MAX_ATTEMPTS):
+        toks = hfmodel.prompt(p, n, attempt)
+        lg = hfmodel.teacher_forced(model, toks)
+        first = refs.first_stored_row(n)
+        if hfmodel.min_top2_gap(lg[first:]) < MIN_GAP_STORED or hfmodel.min_top2_gap(lg) < MIN_GAP_ARGMAX:
+            continue
+        if name not in GREEDY_PROMPTS:
+            return attempt, toks, lg, None
+        cont = hfmodel.greedy(model, toks, p.n_greedy)
+        check_greedy(f"{p.name} {name}", cont)
+        # The cached (recurrent) decode must agree with one teacher-forced pass over prompt + continuation.
+        full = hfmodel.teacher_forced(model, toks + cont[:-1])[n - 1:]
+        if [int(t) for t in full.argmax(axis=1)] == cont and hfmodel.min_top2_gap(full) >= MIN_GAP_ARGMAX:
+            return attempt, toks, lg, cont
+    raise RuntimeError(f"{p.name} {name}: every prompt draw came near a top-1 tie")
+
+
 def step_hf(p: Preset, work: Path, out: Path, lcpp: Path | None) -> dict:
     hf_dir = work / p.name / "hf"
     hfmodel.save_checkpoint(p, hf_dir)
     model = hfmodel.load_model(hf_dir)
     pdir = out / p.name
+    pdir.mkdir(parents=True, exist_ok=True)
     for f in pdir.glob("hf_*.bin"):
         f.unlink()
-    prompts = hfmodel.prompts(p, PROMPT_LENGTHS)
-    entries, min_gap = [], float("inf")
-    for name, toks in prompts.items():
-        lg = hfmodel.teacher_forced(model, toks)
-        top2 = np.sort(lg, axis=1)[:, -2:]
-        min_gap = min(min_gap, float((top2[:, 1] - top2[:, 0]).min()))
-        pdir.mkdir(parents=True, exist_ok=True)
+    entries, greedy, attempts = [], [], {}
+    for n in PROMPT_LENGTHS:
+        name = f"len{n}"
+        attempts[name], toks, lg, cont = reference_prompt(p, model, n)
         entries.append(refs.prompt_entry(pdir, "hf", name, toks, lg))
-        print(f"  {p.name} {name}: max|logit| {np.abs(lg).max():.2f}")
-    greedy, consistent = [], {}
-    for name in GREEDY_PROMPTS:
-        toks = hfmodel.greedy(model, prompts[name], p.n_greedy)
-        distinct = check_greedy(f"{p.name} {name}", toks)
-        # The cached (recurrent) decode must agree with one teacher-forced pass over prompt + continuation.
-        full = hfmodel.teacher_forced(model, prompts[name] + toks[:-1])
-        consistent[name] = [int(t) for t in full[len(prompts[name]) - 1:].argmax(axis=1)] == toks
-        if not consistent[name]:
-            raise RuntimeError(f"{p.name} {name}: cached greedy differs from teacher forcing (a near-tie)")
-        greedy.append({"prompt": name, "n_new": p.n_greedy, "tokens": toks, "distinct": distinct})
-        print(f"  {p.name} greedy {name}: {distinct} distinct of {p.n_greedy}: {toks}")
+        print(f"  {p.name} {name}: draw {attempts[name]}, max|logit| {np.abs(lg).max():.2f}, "
+              f"min top-2 gap {hfmodel.min_top2_gap(lg):.3f}")
+        if cont is not None:
+            greedy.append({"prompt": name, "n_new": p.n_greedy, "tokens": cont, "distinct": len(set(cont))})
+            print(f"  {p.name} greedy {name}: {len(set(cont))} distinct of {p.n_greedy}: {cont}")
+    consistent = {g["prompt"]: True for g in greedy}
     header = {"preset": p.name, "hf_config": p.hf_config, "init_gain": p.init_gain, "logit_gain": p.logit_gain,
               "router_gain": p.router_gain, "seed": p.seed, "n_tokenizer": p.n_tokenizer,
+              "prompt_draws": attempts,
+              "min_top2_gap": {"stored_rows": MIN_GAP_STORED, "other_rows_and_greedy": MIN_GAP_ARGMAX},
               "versions": versions(lcpp), "greedy_matches_teacher_forced": consistent}
     refs.write_ref(pdir, "hf", header, entries, greedy)
     return {"greedy_distinct": {g["prompt"]: g["distinct"] for g in greedy},
-            "greedy_matches_teacher_forced": consistent, "min_top2_gap_teacher_forced": round(min_gap, 6)}
+            "greedy_matches_teacher_forced": consistent, "prompt_draws": attempts}
 
 
 def step_gguf(p: Preset, work: Path, out: Path, lcpp: Path) -> dict:

@@ -105,8 +105,13 @@ def greedy(model, prompt: list[int], n_new: int) -> list[int]:
     return toks
 
 
-def prompts(p: Preset, lengths: list[int]) -> dict[str, list[int]]:
-    """Random ordinary (non-special) token ids, one seeded draw per preset."""
-    rng = np.random.default_rng(p.seed + 1)
-    n_ordinary = p.n_tokenizer - len(bpe.SPECIALS)
-    return {f"len{n}": [int(t) for t in rng.integers(0, n_ordinary, n)] for n in lengths}
+def prompt(p: Preset, n: int, attempt: int) -> list[int]:
+    """n random ordinary (non-special) token ids; each (preset, length, attempt) is its own seeded draw."""
+    rng = np.random.default_rng([p.seed, n, attempt])
+    return [int(t) for t in rng.integers(0, p.n_tokenizer - len(bpe.SPECIALS), n)]
+
+
+def min_top2_gap(logits: np.ndarray) -> float:
+    """Smallest distance between the two largest logits of any row: how near a top-1 tie the row comes."""
+    top2 = np.sort(logits, axis=1)[:, -2:]
+    return float((top2[:, 1] - top2[:, 0]).min())

@@ -30,10 +30,14 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def first_stored_row(n_tokens: int) -> int:
+    return 0 if n_tokens <= 65 else n_tokens - LONG_KEEP_ROWS
+
+
 def prompt_entry(out_dir: Path, prefix: str, name: str, tokens: list[int], logits: np.ndarray) -> dict:
     """Writes <prefix>_<name>.f32.bin (all rows, or the last LONG_KEEP_ROWS of a long prompt)."""
     assert logits.shape[0] == len(tokens), (logits.shape, len(tokens))
-    first = 0 if len(tokens) <= 65 else len(tokens) - LONG_KEEP_ROWS
+    first = first_stored_row(len(tokens))
     rows = np.ascontiguousarray(logits[first:], dtype="<f4")
     fname = f"{prefix}_{name}.f32.bin"
     rows.tofile(out_dir / fname)
