@@ -5,8 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh build
+# The bundled model was trained on chats with thinking off.
+no_think='{"enable_thinking": false}'
 if [ -t 0 ] && [ -t 1 ]; then
-  exec ./build/tern chat
+  exec ./build/tern chat --chat-template-kwargs "$no_think"
 else
-  exec ./build/tern run --chat -p "Tell me a short story about a cat." -n 96 --temp 0.7 --seed 1
+  exec ./build/tern run --chat --chat-template-kwargs "$no_think" -p "What does \"river\" mean?" -n 96 --temp 0.7 --seed 1
 fi

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "cli/model_options.h"
+#include "cli/template_options.h"
 #include "cli/text_model.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -72,7 +73,7 @@ struct ChatOptions {
   runtime::EngineOptions engine;
   runtime::SamplingParams sampling;
   runtime::GenerateOptions gen;
-  std::string system;
+  std::string system, template_kwargs;
   bool show_thinking = false;
 };
 
@@ -81,6 +82,7 @@ class ChatSession {
   explicit ChatSession(ChatOptions& o) : o_(o), tm_(o.engine), sampler_(o.sampling) {
     if (!tm_.chat_template) fail("%s: the model has no chat template (tokenizer.chat_template)", o.engine.model_path.c_str());
     tpl_ = std::make_unique<text::ChatTemplate>(*tm_.chat_template);
+    kwargs_ = parse_template_kwargs(o.template_kwargs);
     seq_ = tm_.engine->new_sequence();
     reset(o.system);
   }
@@ -137,20 +139,20 @@ class ChatSession {
     std::string fresh;
     if (first) {
       messages_.push_back({{"role", "user"}, {"content", user}});
-      fresh = tpl_->render(messages_, nullptr, true, nullptr);
+      fresh = tpl_->render(messages_, nullptr, true, kwargs_);
     } else {
       static const std::string kMark = "\x01tern-answer-end\x01";
       nlohmann::ordered_json probe = messages_;
       probe.back()["content"] = kMark;
       probe.push_back({{"role", "user"}, {"content", user}});
-      const std::string rendered = tpl_->render(probe, nullptr, true, nullptr);
+      const std::string rendered = tpl_->render(probe, nullptr, true, kwargs_);
       const size_t p = rendered.rfind(kMark);
       messages_.push_back({{"role", "user"}, {"content", user}});
       if (p == std::string::npos) {
         log::info("chat: the template does not show the last answer verbatim; reprocessing the conversation");
         seq_->reset();
         unfed_.clear();
-        fresh = tpl_->render(messages_, nullptr, true, nullptr);
+        fresh = tpl_->render(messages_, nullptr, true, kwargs_);
       } else {
         fresh = rendered.substr(p + kMark.size());
       }
@@ -168,6 +170,7 @@ class ChatSession {
   TextModel tm_;
   runtime::Sampler sampler_;
   std::unique_ptr<text::ChatTemplate> tpl_;
+  nlohmann::ordered_json kwargs_;  // --chat-template-kwargs
   std::unique_ptr<models::qwen35moe::SequenceState> seq_;
   nlohmann::ordered_json messages_;
   std::vector<int32_t> unfed_;  // the last answer's final sampled token when the sequence has not processed it
@@ -209,6 +212,7 @@ static RunFn setup_chat(CLI::App& app) {
   o->sampling.temperature = 0.7f;
   add_engine_options(app, o->engine, ModelArg::kBundledDefault);
   app.add_option("--system", o->system, "System message");
+  add_template_kwargs_option(app, o->template_kwargs);
   app.add_flag("--show-thinking", o->show_thinking, "Show <think> blocks (dimmed) instead of hiding them");
   app.add_option("-n,--n-predict", o->gen.n_predict, "Most tokens per answer (-1: until end of turn)")
       ->capture_default_str();

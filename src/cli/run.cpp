@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/model_options.h"
+#include "cli/template_options.h"
 #include "cli/text_model.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -23,7 +24,7 @@ struct RunOptions {
   runtime::EngineOptions engine;
   runtime::SamplingParams sampling;
   runtime::GenerateOptions gen;
-  std::string prompt, prompt_file, tokens, system;
+  std::string prompt, prompt_file, tokens, system, template_kwargs;
   bool print_ids = false, chat = false;
 };
 
@@ -81,7 +82,7 @@ int run_text_mode(RunOptions& o) {
     nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
     if (!o.system.empty()) msgs.push_back({{"role", "system"}, {"content", o.system}});
     msgs.push_back({{"role", "user"}, {"content", prompt}});
-    std::string rendered = text::render_chat(*tm.chat_template, msgs, nullptr, true, nullptr);
+    std::string rendered = text::render_chat(*tm.chat_template, msgs, nullptr, true, parse_template_kwargs(o.template_kwargs));
     ids = tm.tokenizer->encode(rendered, /*parse_special=*/true);
   } else {
     ids = tm.tokenizer->encode(prompt, /*parse_special=*/false);
@@ -112,6 +113,7 @@ static RunFn setup_run(CLI::App& app) {
   app.add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
   app.add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template as a user message");
   app.add_option("--system", o->system, "System message (with --chat)");
+  add_template_kwargs_option(app, o->template_kwargs);
   app.add_option("--tokens", o->tokens, "Prompt as token ids, comma separated (with --print-ids)");
   app.add_flag("--print-ids", o->print_ids, "Print generated token ids instead of text");
   app.add_option("-n,--n-predict", o->gen.n_predict, "Tokens to generate (-1: until end of generation)")

@@ -47,6 +47,7 @@ bad run -m "$M" -p "hi" -t -3
 bad logits -m "$M" --tokens 1,2 -o /nonexistent/dir/x.bin
 bad run -m "$FIX/nonexistent.gguf" -p hi
 bad tokenize -m "$M"
+bad run --chat -p hi --chat-template-kwargs "[1]" -c 256
 bad run -m "$M" -p "$(printf 'a long prompt %.0s' $(seq 1 40))" -n 4 -c 16
 
 echo "$fails failed"
