@@ -1,0 +1,132 @@
+// Continuous batching: up to `parallel` sequences share one forward per step. Each step feeds every decoding
+// sequence its last sampled token plus prompt chunks of sequences still prefilling (at most `batch` prompt tokens
+// per step, so a long prompt does not stall running streams). Requests join and leave between steps; a request
+// whose prompt plus max_tokens cannot fit one sequence's context is refused at submit().
+//
+// Prompt chunks start at multiples of `batch` in the prompt whatever else runs, so a sequence's tokens are the same
+// alone or batched (the forward is batch-invariant; tests/serve checks it). Non-goals: priorities, preemption.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+#include "serve/text_stream.h"
+#include "text/tokenizer.h"
+
+namespace tern::serve {
+
+struct SchedulerOptions {
+  int parallel = 4;      // sequences decoded together (each holds a full-context state)
+  int batch = 256;       // most prompt tokens fed per step (over all prefilling sequences)
+  int64_t n_ctx = 0;     // per-sequence context (0: the engine's)
+  int max_queue = 256;   // requests waiting for a free sequence before submit() refuses more
+};
+
+struct GenRequest {
+  std::vector<int32_t> prompt;
+  runtime::SamplingParams sampling;
+  int max_tokens = -1;              // < 0: until end of generation or the context is full
+  std::vector<std::string> stop;    // stop strings (excluded from the text)
+  bool ignore_eos = false;
+};
+
+enum class Finish { kNone, kStop, kLength, kCancelled, kError };
+const char* finish_name(Finish f);  // OpenAI finish_reason: "stop", "length", ...
+
+// One submitted request as its client sees it: text arrives piece by piece; cancel() stops it at the next step.
+class Completion {
+ public:
+  // Waits until there is new text or the request finished (or the timeout passes). Appends new text to *out.
+  // Returns true once the request has finished and all its text has been taken.
+  bool wait(std::string* out, std::chrono::milliseconds timeout);
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  // Valid once wait() returned true.
+  Finish finish() const;
+  const std::string& error() const { return error_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }  // generated ids (a final end token included)
+  int64_t n_prompt() const { return n_prompt_; }
+  int64_t n_completion() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t n_generated() const { return n_generated_; }  // so far; safe to read while it runs
+
+ private:
+  friend class Scheduler;
+  void post(const std::string& text, Finish f = Finish::kNone, const std::string& error = {});
+
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::string pending_;
+  Finish finish_ = Finish::kNone;
+  std::string error_;
+  std::vector<int32_t> tokens_;  // written by the scheduler thread before it posts kNone -> finished
+  int64_t n_prompt_ = 0;
+  std::atomic<int64_t> n_generated_{0};
+  std::atomic<bool> cancelled_{false};
+};
+
+struct SchedulerStats {
+  int64_t queued = 0, active = 0;            // now
+  int64_t requests_done = 0, requests_cancelled = 0;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t steps = 0;
+  double busy_seconds = 0;                   // time spent in forwards
+};
+
+class Scheduler {
+ public:
+  Scheduler(runtime::Engine& engine, const text::Tokenizer& tok, const SchedulerOptions& o);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. Throws tern::Error (nothing queued) when it can never fit a sequence's context or the queue
+  // is full (AdmissionError tells which).
+  std::shared_ptr<Completion> submit(GenRequest r);
+
+  void cancel_all();  // every queued and running request (shutdown)
+  int64_t n_ctx() const { return n_ctx_; }
+  int parallel() const { return o_.parallel; }
+  SchedulerStats stats() const;
+
+ private:
+  struct Job;
+  void loop();
+  void step(std::vector<Job*>& jobs);
+  bool after_token(Job& j, int32_t tok);  // false: the job has finished
+  void finish(Job& j, Finish f, const std::string& error = {});
+
+  runtime::Engine& engine_;
+  const text::Tokenizer& tok_;
+  SchedulerOptions o_;
+  int64_t n_ctx_;
+  std::vector<int32_t> eog_;  // sorted end-of-generation ids
+
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Job>> queue_;
+  std::vector<std::unique_ptr<Job>> slots_;  // [parallel]; null = free
+  std::vector<std::unique_ptr<models::qwen35moe::SequenceState>> states_;  // [parallel]
+  bool stop_ = false;
+  SchedulerStats stats_;
+  std::thread thread_;
+};
+
+// Refusal at submit(): `queue_full` distinguishes a busy server from a request that can never fit.
+class AdmissionError : public Error {
+ public:
+  AdmissionError(const std::string& what, bool queue_full) : Error(what), queue_full(queue_full) {}
+  bool queue_full;
+};
+
+}  // namespace tern::serve
