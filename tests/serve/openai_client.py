@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Real-client test of `tern serve` with the official `openai` package: models, chat (plain and streaming),
+completions, stop strings, seeds, every error class, tokenize/detokenize, metrics, a client disconnect, and a load
+test (concurrent streaming clients, zero errors, greedy outputs identical to each request run alone).
+
+usage: openai_client.py BASE_URL API_KEY MODEL_ID   (BASE_URL without /v1, e.g. http://127.0.0.1:8080)
+"""
+import concurrent.futures
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import openai
+from openai import OpenAI
+
+BASE, KEY, MODEL = sys.argv[1], sys.argv[2], sys.argv[3]
+client = OpenAI(base_url=BASE + "/v1", api_key=KEY, max_retries=0, timeout=120)
+failures = 0
+
+
+def check(name, cond, detail=""):
+    global failures
+    if cond:
+        print(f"ok: {name}")
+    else:
+        failures += 1
+        print(f"FAIL: {name} {detail}")
+
+
+def raw(method, path, body=None, key=KEY, data=None):
+    """Plain HTTP (for what the openai package cannot send): returns (status, parsed JSON or text)."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    if data is None and body is not None:
+        data = json.dumps(body).encode()
+    req = urllib.request.Request(BASE + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            status, text = r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode()
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def is_error_body(j):
+    return (isinstance(j, dict) and set(j.get("error", {}).keys()) >= {"message", "type", "param", "code"}
+            and isinstance(j["error"]["message"], str) and j["error"]["message"] != "")
+
+
+def expect_error(name, fn, status, param=None, code=None):
+    try:
+        fn()
+    except openai.APIStatusError as e:
+        body = e.body if isinstance(e.body, dict) else {}
+        # The openai package hands over the "error" object itself as e.body.
+        err = body.get("error", body)
+        ok = e.status_code == status and (param is None or err.get("param") == param) and \
+            (code is None or err.get("code") == code) and bool(err.get("message"))
+        check(f"error {status}: {name}", ok, f"got {e.status_code} {err}")
+        return
+    except Exception as e:  # noqa: BLE001
+        check(f"error {status}: {name}", False, f"raised {type(e).__name__}: {e}")
+        return
+    check(f"error {status}: {name}", False, "no error raised")
+
+
+def chat(content, max_tokens=24, **kw):
+    return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}],
+                                          max_tokens=max_tokens, temperature=0, **kw)
+
+
+def stream_chat(content, max_tokens=24, **kw):
+    text, chunks, usage, finish = "", 0, None, None
+    s = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}],
+                                       max_tokens=max_tokens, temperature=0, stream=True,
+                                       stream_options={"include_usage": True}, **kw)
+    for c in s:
+        chunks += 1
+        if c.usage:
+            usage = c.usage
+        for ch in c.choices:
+            text += ch.delta.content or ""
+            finish = ch.finish_reason or finish
+    return text, chunks, usage, finish
+
+
+t_start = time.time()
+
+# --- basics
+models = client.models.list()
+check("models.list serves one model", [m.id for m in models.data] == [MODEL], str(models))
+st, j = raw("GET", "/health", key=None)
+check("/health is open and ok", st == 200 and j == {"status": "ok"}, str(j))
+
+r = chat("Tell me a fortune.")
+text = r.choices[0].message.content
+check("chat: assistant text", r.choices[0].message.role == "assistant" and isinstance(text, str) and len(text) > 0, str(r))
+check("chat: finish_reason", r.choices[0].finish_reason in ("stop", "length"), r.choices[0].finish_reason)
+u = r.usage
+check("chat: usage", u.prompt_tokens > 0 and 0 < u.completion_tokens <= 24 and u.total_tokens == u.prompt_tokens + u.completion_tokens, str(u))
+check("chat: object and model", r.object == "chat.completion" and r.model == MODEL and r.id.startswith("chatcmpl-"))
+
+s_text, s_chunks, s_usage, s_finish = stream_chat("Tell me a fortune.")
+check("streaming chat == plain chat (greedy)", s_text == text, f"{s_text!r} vs {text!r}")
+check("streaming chat: several chunks", s_chunks >= 3, str(s_chunks))
+check("streaming chat: usage chunk", s_usage is not None and s_usage.completion_tokens == u.completion_tokens
+      and s_usage.prompt_tokens == u.prompt_tokens, str(s_usage))
+check("streaming chat: finish_reason", s_finish == r.choices[0].finish_reason, str(s_finish))
+
+c = client.completions.create(model=MODEL, prompt="In the beginning", max_tokens=16, temperature=0)
+check("completions: text", isinstance(c.choices[0].text, str) and len(c.choices[0].text) > 0 and c.object == "text_completion", str(c))
+cs = "".join(x.choices[0].text for x in client.completions.create(model=MODEL, prompt="In the beginning", max_tokens=16,
+                                                                   temperature=0, stream=True) if x.choices)
+check("streaming completions == plain completions", cs == c.choices[0].text, f"{cs!r} vs {c.choices[0].text!r}")
+st, toks = raw("POST", "/tokenize", {"content": "In the beginning"})
+check("/tokenize", st == 200 and all(isinstance(t, int) for t in toks["tokens"]), str(toks))
+ct = client.completions.create(model=MODEL, prompt=toks["tokens"], max_tokens=16, temperature=0)
+check("completions from token ids == from text", ct.choices[0].text == c.choices[0].text)
+st, de = raw("POST", "/detokenize", {"tokens": toks["tokens"]})
+check("/detokenize round trip", st == 200 and de.get("content") == "In the beginning", str(de))
+
+# stop strings and seeds
+if len(text) > 8:
+    stop = text[len(text) // 2:len(text) // 2 + 3]
+    r2 = chat("Tell me a fortune.", stop=[stop])
+    check("stop string cuts the answer", r2.choices[0].message.content == text[:text.find(stop)]
+          and r2.choices[0].finish_reason == "stop", f"{r2.choices[0].message.content!r} stop {stop!r}")
+a = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=20,
+                                   temperature=0.9, seed=7).choices[0].message.content
+b = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=20,
+                                   temperature=0.9, seed=7).choices[0].message.content
+check("same seed, same sampled answer", a == b, f"{a!r} vs {b!r}")
+r3 = client.chat.completions.create(
+    model=MODEL, messages=[{"role": "system", "content": "Be brief."},
+                           {"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+    max_completion_tokens=5, top_p=0.9, presence_penalty=0.5, frequency_penalty=0.5,
+    extra_body={"top_k": 20, "min_p": 0.1})
+check("all sampling parameters accepted; max_completion_tokens honoured", r3.usage.completion_tokens <= 5, str(r3.usage))
+
+# --- every error class
+st, j = raw("POST", "/v1/chat/completions", data=b'{"messages": [')
+check("error 400: malformed JSON", st == 400 and is_error_body(j), f"{st} {j}")
+st, j = raw("POST", "/v1/chat/completions", data=b'[1, 2]')
+check("error 400: body not an object", st == 400 and is_error_body(j), f"{st} {j}")
+expect_error("unknown model", lambda: client.chat.completions.create(
+    model="gpt-imaginary", messages=[{"role": "user", "content": "hi"}]), 404, "model", "model_not_found")
+long_prompt = "word " * 600
+expect_error("prompt over the context", lambda: chat(long_prompt), 400, "messages", "context_length_exceeded")
+expect_error("max_tokens over the context", lambda: chat("hi", max_tokens=100000), 400, "max_tokens")
+expect_error("completion prompt over the context", lambda: client.completions.create(
+    model=MODEL, prompt=long_prompt, max_tokens=4), 400, "prompt", "context_length_exceeded")
+expect_error("temperature 5", lambda: client.chat.completions.create(
+    model=MODEL, messages=[{"role": "user", "content": "hi"}], temperature=5), 400, "temperature")
+expect_error("top_p 0", lambda: client.chat.completions.create(
+    model=MODEL, messages=[{"role": "user", "content": "hi"}], top_p=0), 400, "top_p")
+expect_error("max_tokens 0", lambda: chat("hi", max_tokens=0), 400, "max_tokens")
+expect_error("presence_penalty 3", lambda: chat("hi", presence_penalty=3), 400, "presence_penalty")
+expect_error("temperature as a string", lambda: client.chat.completions.create(
+    model=MODEL, messages=[{"role": "user", "content": "hi"}], extra_body={"temperature": "hot"}), 400, "temperature")
+expect_error("stop not strings", lambda: chat("hi", extra_body={"stop": [1, 2]}), 400, "stop")
+expect_error("n = 2", lambda: chat("hi", n=2), 400, "n")
+expect_error("empty messages", lambda: client.chat.completions.create(model=MODEL, messages=[]), 400, "messages")
+expect_error("missing messages", lambda: client.post("/chat/completions", body={"model": MODEL}, cast_to=object),
+             400, "messages")
+expect_error("unknown role", lambda: client.chat.completions.create(
+    model=MODEL, messages=[{"role": "wizard", "content": "hi"}]), 400, "messages[0].role")
+expect_error("stream_options without stream", lambda: chat("hi", stream_options={"include_usage": True}), 400,
+             "stream_options")
+expect_error("logprobs (unsupported)", lambda: chat("hi", logprobs=True), 400, "logprobs")
+expect_error("tools (unsupported)", lambda: chat("hi", tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]),
+             400, "tools")
+expect_error("empty completion prompt", lambda: client.completions.create(model=MODEL, prompt="", max_tokens=4), 400, "prompt")
+expect_error("token id out of range", lambda: client.completions.create(model=MODEL, prompt=[1, 999999], max_tokens=4),
+             400, "prompt")
+noauth = OpenAI(base_url=BASE + "/v1", api_key="wrong-key", max_retries=0)
+expect_error("incorrect API key", lambda: noauth.models.list(), 401, None, "invalid_api_key")
+st, j = raw("GET", "/v1/models", key=None)
+check("error 401: missing API key", st == 401 and is_error_body(j) and j["error"]["code"] == "invalid_api_key", f"{st} {j}")
+st, j = raw("GET", "/v1/nothing-here")
+check("error 404: unknown route", st == 404 and is_error_body(j), f"{st} {j}")
+st, j = raw("POST", "/detokenize", {"tokens": [1, -5]})
+check("error 400: detokenize bad id", st == 400 and is_error_body(j), f"{st} {j}")
+st, j = raw("GET", "/v1/models")
+check("server healthy after the errors", st == 200 and j["data"][0]["id"] == MODEL)
+
+
+def metric(name):
+    _, t = raw("GET", "/metrics")
+    for line in t.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+# --- a client that leaves mid-stream cancels its sequence
+cancelled0 = metric("tern_requests_cancelled_total")
+s = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Tell me everything."}],
+                                   max_tokens=400, temperature=0, stream=True, extra_body={"ignore_eos": True})
+got = 0
+for ch in s:
+    got += 1
+    if got >= 3:
+        break
+s.close()
+deadline = time.time() + 20
+while time.time() < deadline and not (metric("tern_requests_cancelled_total") > cancelled0 and metric("tern_sequences_active") == 0):
+    time.sleep(0.1)
+check("disconnect cancels the sequence", metric("tern_requests_cancelled_total") > cancelled0
+      and metric("tern_sequences_active") == 0, f"cancelled {metric('tern_requests_cancelled_total')}")
+
+# --- load: 16 concurrent streaming clients x 2 requests; greedy outputs identical to each request run alone
+prompts = [f"Tell me about the number {i}." if i % 2 else f"Define the word {w}."
+           for i, w in enumerate(["light", "water", "stone", "wind", "fire", "night", "bread", "salt"])]
+lengths = [12, 20, 28, 16, 24, 32, 10, 18]
+alone = {}
+for p, n in zip(prompts, lengths):
+    alone[p] = stream_chat(p, max_tokens=n)[0]
+
+
+def client_job(i):
+    out = []
+    for k in range(2):
+        p = prompts[(i + k) % len(prompts)]
+        n = lengths[(i + k) % len(prompts)]
+        out.append((p, stream_chat(p, max_tokens=n)[0]))
+    return out
+
+
+t0 = time.time()
+errors, mismatches, done = 0, 0, 0
+with concurrent.futures.ThreadPoolExecutor(16) as ex:
+    futs = [ex.submit(client_job, i) for i in range(16)]
+    for f in concurrent.futures.as_completed(futs):
+        try:
+            for p, t in f.result():
+                done += 1
+                if t != alone[p]:
+                    mismatches += 1
+                    print(f"  mismatch for {p!r}: {t!r} vs alone {alone[p]!r}")
+        except Exception as e:  # noqa: BLE001
+            errors += 1
+            print(f"  client error: {type(e).__name__}: {e}")
+check(f"load: 16 clients x 2 streaming requests, zero errors ({time.time() - t0:.1f}s)", errors == 0 and done == 32,
+      f"{errors} errors, {done} done")
+check("load: every output identical to the request run alone", mismatches == 0, f"{mismatches} mismatches")
+_, mt = raw("GET", "/metrics")
+for name in ("tern_http_requests_total", "tern_prompt_tokens_total", "tern_completion_tokens_total",
+             "tern_queue_depth", "tern_sequences_active", "tern_tokens_per_second"):
+    check(f"/metrics has {name}", f"\n{name}" in "\n" + mt, "")
+check("queue drained after the load", metric("tern_queue_depth") == 0 and metric("tern_sequences_active") == 0)
+
+print(f"{failures} failed ({time.time() - t_start:.1f}s)")
+sys.exit(1 if failures else 0)
