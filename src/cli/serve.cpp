@@ -26,6 +26,7 @@ struct ServeOptions {
   serve::SchedulerOptions sched;
   serve::ServerOptions server;
   std::string alias;
+  int64_t cache_mib = 512;
 };
 
 // Per-sequence context when -c is not given: the engine's choice, lowered until every sequence fits in half the
@@ -59,7 +60,8 @@ static RunFn setup_serve(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--max-queue", o->sched.max_queue, "Requests that may wait for a free sequence (more get 503)")
       ->capture_default_str();
-  app.add_option("--http-threads", o->server.http_threads, "HTTP worker threads (0: 4 x --parallel + 8)")
+  app.add_option("--cache-mib", o->cache_mib, "Prefix-cache budget in MiB (0: off)")->capture_default_str();
+  app.add_option("--http-threads", o->server.http_threads, "HTTP worker threads (0: max(64, 8 x --parallel))")
       ->capture_default_str();
   return [o] {
     // Signals go to one waiting thread (blocked here, before any other thread exists, so every thread inherits it).
@@ -71,6 +73,8 @@ static RunFn setup_serve(CLI::App& app) {
     signal(SIGPIPE, SIG_IGN);  // a client that left must not end the server; writes fail with EPIPE instead
 
     if (o->sched.parallel < 1) fail("--parallel must be >= 1 (got %d)", o->sched.parallel);
+    if (o->cache_mib < 0) fail("--cache-mib must be >= 0 (got %lld)", static_cast<long long>(o->cache_mib));
+    o->sched.cache_bytes = static_cast<size_t>(o->cache_mib) << 20;
     TextModel tm(o->engine);
     std::unique_ptr<text::ChatTemplate> tpl;
     if (tm.chat_template) tpl = std::make_unique<text::ChatTemplate>(*tm.chat_template);

@@ -243,29 +243,32 @@ ParsedRequest parse_completion_request(const json& b, const ApiContext& ctx) {
   return p;
 }
 
-json usage_json(int64_t n_prompt, int64_t n_completion) {
-  return json{{"prompt_tokens", n_prompt}, {"completion_tokens", n_completion}, {"total_tokens", n_prompt + n_completion}};
+json usage_json(int64_t n_prompt, int64_t n_completion, int64_t n_cached) {
+  return json{{"prompt_tokens", n_prompt},
+              {"completion_tokens", n_completion},
+              {"total_tokens", n_prompt + n_completion},
+              {"prompt_tokens_details", {{"cached_tokens", n_cached}}}};
 }
 
 static json finish_json(Finish f) { return f == Finish::kNone ? json(nullptr) : json(finish_name(f)); }
 
 json chat_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                   Finish finish, int64_t n_prompt, int64_t n_completion) {
+                   Finish finish, const json& usage) {
   json choice{{"index", 0},
               {"message", {{"role", "assistant"}, {"content", text}}},
               {"logprobs", nullptr},
               {"finish_reason", finish_json(finish)}};
   return json{{"id", id},           {"object", "chat.completion"}, {"created", created},
               {"model", model},     {"choices", json::array({choice})},
-              {"usage", usage_json(n_prompt, n_completion)}};
+              {"usage", usage}};
 }
 
 json completion_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                         Finish finish, int64_t n_prompt, int64_t n_completion) {
+                         Finish finish, const json& usage) {
   json choice{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_json(finish)}};
   return json{{"id", id},           {"object", "text_completion"}, {"created", created},
               {"model", model},     {"choices", json::array({choice})},
-              {"usage", usage_json(n_prompt, n_completion)}};
+              {"usage", usage}};
 }
 
 json chat_chunk(const std::string& id, int64_t created, const std::string& model, const json& delta, Finish finish) {
@@ -282,9 +285,9 @@ json completion_chunk(const std::string& id, int64_t created, const std::string&
 }
 
 json usage_chunk(const std::string& object, const std::string& id, int64_t created, const std::string& model,
-                 int64_t n_prompt, int64_t n_completion) {
+                 const json& usage) {
   return json{{"id", id},       {"object", object},          {"created", created},
-              {"model", model}, {"choices", json::array()}, {"usage", usage_json(n_prompt, n_completion)}};
+              {"model", model}, {"choices", json::array()}, {"usage", usage}};
 }
 
 }  // namespace tern::serve

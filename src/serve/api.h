@@ -51,18 +51,19 @@ json parse_json_body(const std::string& body);  // 400 on malformed JSON or a no
 ParsedRequest parse_chat_request(const json& body, const ApiContext& ctx);
 ParsedRequest parse_completion_request(const json& body, const ApiContext& ctx);
 
-json usage_json(int64_t n_prompt, int64_t n_completion);
+// n_cached: prompt tokens resumed from the prefix cache (usage.prompt_tokens_details.cached_tokens).
+json usage_json(int64_t n_prompt, int64_t n_completion, int64_t n_cached = 0);
 // Non-streaming bodies.
 json chat_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                   Finish finish, int64_t n_prompt, int64_t n_completion);
+                   Finish finish, const json& usage);
 json completion_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                         Finish finish, int64_t n_prompt, int64_t n_completion);
+                         Finish finish, const json& usage);
 // Streaming chunks: delta text (or, for chat, the role announcement when role is set), or the final chunk with a
 // finish reason; usage chunks have empty choices.
 json chat_chunk(const std::string& id, int64_t created, const std::string& model, const json& delta, Finish finish);
 json completion_chunk(const std::string& id, int64_t created, const std::string& model, const std::string& text,
                       Finish finish);
 json usage_chunk(const std::string& object, const std::string& id, int64_t created, const std::string& model,
-                 int64_t n_prompt, int64_t n_completion);
+                 const json& usage);
 
 }  // namespace tern::serve

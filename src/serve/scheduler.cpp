@@ -62,11 +62,14 @@ struct Scheduler::Job {
   int64_t n_fed = 0;      // prompt tokens processed
   int32_t next = -1;      // sampled token to feed at the next step (decoding)
   bool done = false;
+  bool fresh = false;     // just got a sequence; start() has not run
+  std::vector<int64_t> points;  // prompt positions to snapshot at (ends of messages, end of prompt), ascending
   bool prefilling() const { return n_fed < static_cast<int64_t>(req.prompt.size()); }
 };
 
 Scheduler::Scheduler(runtime::Engine& engine, const text::Tokenizer& tok, const SchedulerOptions& o)
-    : engine_(engine), tok_(tok), o_(o), n_ctx_(o.n_ctx > 0 ? o.n_ctx : engine.n_ctx()) {
+    : engine_(engine), tok_(tok), o_(o), n_ctx_(o.n_ctx > 0 ? o.n_ctx : engine.n_ctx()),
+      cache_(o.cache_bytes, engine.config().n_layer) {
   if (o_.parallel < 1) fail("--parallel must be >= 1 (got %d)", o_.parallel);
   if (o_.batch < 1) fail("--batch must be >= 1 (got %d)", o_.batch);
   if (o_.max_queue < 0) fail("--max-queue must be >= 0 (got %d)", o_.max_queue);
@@ -106,6 +109,10 @@ std::shared_ptr<Completion> Scheduler::submit(GenRequest r) {
         false);
   auto job = std::make_unique<Job>(std::move(r), tok_);  // validates the sampling parameters
   for (int32_t t : job->req.prompt) job->sampler.accept(t);
+  // Snapshot points: after every end-of-turn token (the end of a message) and at the end of the prompt.
+  for (int64_t i = 0; i < n; ++i)
+    if (std::binary_search(eog_.begin(), eog_.end(), job->req.prompt[i])) job->points.push_back(i + 1);
+  if (job->points.empty() || job->points.back() != n) job->points.push_back(n);
   job->c->n_prompt_ = n;
   std::shared_ptr<Completion> c = job->c;
   {
@@ -164,7 +171,7 @@ void Scheduler::loop() {
         queue_.pop_front();
         slots_[s]->slot = s;
         slots_[s]->order = order++;
-        states_[s]->reset();
+        slots_[s]->fresh = true;
       }
       cv_.wait(lk, [&] {
         return stop_ || !queue_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const auto& j) { return j != nullptr; });
@@ -175,6 +182,8 @@ void Scheduler::loop() {
         if (j) jobs.push_back(j.get());
     }
     if (jobs.empty()) continue;
+    for (Job* j : jobs)
+      if (j->fresh) start(*j);
     std::sort(jobs.begin(), jobs.end(), [](const Job* a, const Job* b) { return a->order < b->order; });
     step(jobs);
     std::lock_guard lk(m_);
@@ -185,6 +194,24 @@ void Scheduler::loop() {
         j.reset();
       }
   }
+}
+
+void Scheduler::start(Job& j) {
+  j.fresh = false;
+  SequenceState& st = *states_[j.slot];
+  st.reset();
+  j.n_fed = cache_.restore(j.req.prompt, st);
+  j.c->n_cached_ = j.n_fed;
+}
+
+void Scheduler::snapshot_answer(Job& j) {
+  if (!cache_.enabled()) return;
+  SequenceState& st = *states_[j.slot];
+  const int64_t n_prompt = static_cast<int64_t>(j.req.prompt.size()), n_gen = st.n_past() - n_prompt;
+  if (n_gen <= 0 || n_gen > static_cast<int64_t>(j.c->tokens_.size())) return;
+  std::vector<int32_t> key = j.req.prompt;
+  key.insert(key.end(), j.c->tokens_.begin(), j.c->tokens_.begin() + n_gen);
+  cache_.insert(key, st);
 }
 
 void Scheduler::step(std::vector<Job*>& jobs) {
@@ -205,7 +232,9 @@ void Scheduler::step(std::vector<Job*>& jobs) {
   for (Job* j : jobs) {
     if (j->done || !j->prefilling()) continue;
     const int64_t n = static_cast<int64_t>(j->req.prompt.size());
-    const int64_t end = std::min(n, (j->n_fed / o_.batch + 1) * o_.batch);
+    int64_t end = std::min(n, (j->n_fed / o_.batch + 1) * o_.batch);
+    auto point = std::upper_bound(j->points.begin(), j->points.end(), j->n_fed);
+    if (cache_.enabled() && point != j->points.end()) end = std::min(end, *point);
     if (end - j->n_fed > budget) break;
     SeqInput in{states_[j->slot].get(), {}, false};
     in.tokens.assign(j->req.prompt.begin() + j->n_fed, j->req.prompt.begin() + end);
@@ -232,6 +261,10 @@ void Scheduler::step(std::vector<Job*>& jobs) {
     Job& j = *owner[i];
     if (j.prefilling()) {
       j.n_fed += static_cast<int64_t>(batch[i].tokens.size());
+      if (cache_.enabled() && std::binary_search(j.points.begin(), j.points.end(), j.n_fed)) {
+        std::vector<int32_t> key(j.req.prompt.begin(), j.req.prompt.begin() + j.n_fed);
+        if (!cache_.contains(key)) cache_.insert(key, *states_[j.slot]);
+      }
       if (j.prefilling()) continue;  // more prompt to go: this row's logits are not needed
     }
     const float* row = logits->data() + static_cast<int64_t>(i) * V;
@@ -250,6 +283,7 @@ void Scheduler::step(std::vector<Job*>& jobs) {
   stats_.busy_seconds += dt;
   stats_.prompt_tokens += n_prompt_rows;
   stats_.completion_tokens += n_sampled;
+  stats_.cache = cache_.stats();
 }
 
 bool Scheduler::after_token(Job& j, int32_t tok) {
@@ -261,6 +295,7 @@ bool Scheduler::after_token(Job& j, int32_t tok) {
   ++j.c->n_generated_;
   const int64_t n_gen = static_cast<int64_t>(j.c->tokens_.size());
   if (!j.req.ignore_eos && std::binary_search(eog_.begin(), eog_.end(), tok)) {
+    snapshot_answer(j);
     j.c->post(j.text.finish(), Finish::kStop);
     j.done = true;
     return false;
@@ -268,12 +303,14 @@ bool Scheduler::after_token(Job& j, int32_t tok) {
   bool stopped = false;
   std::string piece = j.text.push(tok, &stopped);
   if (stopped) {
+    snapshot_answer(j);
     j.c->post(piece, Finish::kStop);
     j.done = true;
     return false;
   }
   const SequenceState& st = *states_[j.slot];
   if ((j.req.max_tokens >= 0 && n_gen >= j.req.max_tokens) || st.n_past() >= st.n_ctx()) {
+    snapshot_answer(j);
     j.c->post(piece + j.text.finish(), Finish::kLength);
     j.done = true;
     return false;

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
+#include "serve/prefix_cache.h"
 #include "serve/text_stream.h"
 #include "text/tokenizer.h"
 
@@ -30,6 +31,7 @@ struct SchedulerOptions {
   int batch = 256;       // most prompt tokens fed per step (over all prefilling sequences)
   int64_t n_ctx = 0;     // per-sequence context (0: the engine's)
   int max_queue = 256;   // requests waiting for a free sequence before submit() refuses more
+  size_t cache_bytes = 0; // prefix-cache budget (0: off)
 };
 
 struct GenRequest {
@@ -57,6 +59,7 @@ class Completion {
   const std::string& error() const { return error_; }
   const std::vector<int32_t>& tokens() const { return tokens_; }  // generated ids (a final end token included)
   int64_t n_prompt() const { return n_prompt_; }
+  int64_t n_cached() const { return n_cached_; }  // prompt tokens restored from the prefix cache
   int64_t n_completion() const { return static_cast<int64_t>(tokens_.size()); }
   int64_t n_generated() const { return n_generated_; }  // so far; safe to read while it runs
 
@@ -71,6 +74,7 @@ class Completion {
   std::string error_;
   std::vector<int32_t> tokens_;  // written by the scheduler thread before it posts kNone -> finished
   int64_t n_prompt_ = 0;
+  std::atomic<int64_t> n_cached_{0};
   std::atomic<int64_t> n_generated_{0};
   std::atomic<bool> cancelled_{false};
 };
@@ -81,6 +85,7 @@ struct SchedulerStats {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t steps = 0;
   double busy_seconds = 0;                   // time spent in forwards
+  PrefixCacheStats cache;
 };
 
 class Scheduler {
@@ -104,6 +109,8 @@ class Scheduler {
   void loop();
   void step(std::vector<Job*>& jobs);
   bool after_token(Job& j, int32_t tok);  // false: the job has finished
+  void start(Job& j);                     // a job that just got a sequence: reset it, resume a cached prefix
+  void snapshot_answer(Job& j);           // the prompt and the answer so far, into the prefix cache
   void finish(Job& j, Finish f, const std::string& error = {});
 
   runtime::Engine& engine_;
@@ -117,6 +124,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Job>> queue_;
   std::vector<std::unique_ptr<Job>> slots_;  // [parallel]; null = free
   std::vector<std::unique_ptr<models::qwen35moe::SequenceState>> states_;  // [parallel]
+  PrefixCache cache_;  // scheduler thread only; its stats are copied into stats_
   bool stop_ = false;
   SchedulerStats stats_;
   std::thread thread_;

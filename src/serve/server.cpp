@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -50,8 +51,8 @@ Server::Server(const ServerOptions& o, Scheduler& sched, const text::Tokenizer& 
   if (o_.http_threads < 0) fail("--http-threads must be >= 0 (got %d)", o_.http_threads);
   int n = o_.http_threads;
   if (n == 0) {
-    n = 4 * sched_.parallel() + 8;
-    log::info("HTTP worker threads: %d (4 x --parallel + 8; each streaming client holds one)", n);
+    n = std::max(64, 8 * sched_.parallel());
+    log::info("HTTP worker threads: %d (max(64, 8 x --parallel); each open client connection holds one)", n);
   }
   http_->new_task_queue = [n] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
   http_->set_payload_max_length(size_t{32} << 20);
@@ -259,8 +260,8 @@ void Server::generate(const httplib::Request& req, httplib::Response& res, bool 
           if (f == Finish::kError) ok = send(error_of(500, c->error(), "server_error").body());
           else ok = send(chat ? chat_chunk(id, created, model, json::object(), f) : completion_chunk(id, created, model, "", f));
           if (ok && include_usage)
-            ok = send(usage_chunk(chat ? "chat.completion.chunk" : "text_completion", id, created, model, c->n_prompt(),
-                                  c->n_completion()));
+            ok = send(usage_chunk(chat ? "chat.completion.chunk" : "text_completion", id, created, model,
+                                  usage_json(c->n_prompt(), c->n_completion(), c->n_cached())));
           if (ok) ok = sink.write("data: [DONE]\n\n", 14);
           if (!ok) return lost();
           sink.done();
@@ -285,9 +286,10 @@ void Server::generate(const httplib::Request& req, httplib::Response& res, bool 
           }
         }
         const Finish f = c->finish();
+        const json usage = usage_json(c->n_prompt(), c->n_completion(), c->n_cached());
         json out = f == Finish::kError ? error_of(500, c->error(), "server_error").body()
-                   : chat ? chat_response(id, created, model, text, f, c->n_prompt(), c->n_completion())
-                          : completion_response(id, created, model, text, f, c->n_prompt(), c->n_completion());
+                   : chat ? chat_response(id, created, model, text, f, usage)
+                          : completion_response(id, created, model, text, f, usage);
         const std::string s = out.dump();
         if (!sink.write(s.data(), s.size())) return lost();
         sink.done();
@@ -324,6 +326,13 @@ std::string Server::metrics_text() {
   line("tern_forward_seconds_total", "counter", "Seconds spent in forward steps.", s.busy_seconds);
   line("tern_tokens_per_second", "gauge", "(Prompt + generated) tokens per forward second since start.",
        s.busy_seconds > 0 ? static_cast<double>(s.prompt_tokens + s.completion_tokens) / s.busy_seconds : 0.0);
+  line("tern_prefix_cache_hits_total", "counter", "Requests that resumed from a cached prefix.", static_cast<double>(s.cache.hits));
+  line("tern_prefix_cache_misses_total", "counter", "Requests that found no cached prefix.", static_cast<double>(s.cache.misses));
+  line("tern_prefix_cache_tokens_reused_total", "counter", "Prompt tokens not processed thanks to the cache.", static_cast<double>(s.cache.tokens_reused));
+  line("tern_prefix_cache_evictions_total", "counter", "Snapshots evicted to stay within the budget.", static_cast<double>(s.cache.evictions));
+  line("tern_prefix_cache_entries", "gauge", "Snapshots held.", static_cast<double>(s.cache.entries));
+  line("tern_prefix_cache_bytes", "gauge", "Bytes held by snapshots.", static_cast<double>(s.cache.bytes));
+  line("tern_prefix_cache_budget_bytes", "gauge", "Prefix-cache budget (--cache-mib).", static_cast<double>(s.cache.budget));
   line("tern_queue_depth", "gauge", "Requests waiting for a free sequence.", static_cast<double>(s.queued));
   line("tern_sequences_active", "gauge", "Sequences running now.", static_cast<double>(s.active));
   line("tern_sequences_max", "gauge", "Sequences that can run at once (--parallel).", static_cast<double>(sched_.parallel()));

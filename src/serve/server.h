@@ -23,7 +23,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;  // empty: no authentication
-  int http_threads = 0; // 0: 4 x parallel + 8 (each streaming client holds one)
+  int http_threads = 0; // 0: max(64, 8 x parallel) (each open client connection holds one)
 };
 
 class Server {

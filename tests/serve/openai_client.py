@@ -3,7 +3,7 @@
 completions, stop strings, seeds, every error class, tokenize/detokenize, metrics, a client disconnect, and a load
 test (concurrent streaming clients, zero errors, greedy outputs identical to each request run alone).
 
-usage: openai_client.py BASE_URL API_KEY MODEL_ID   (BASE_URL without /v1, e.g. http://127.0.0.1:8080)
+usage: openai_client.py BASE_URL API_KEY MODEL_ID SERVER_PID   (BASE_URL without /v1, e.g. http://127.0.0.1:8080)
 """
 import concurrent.futures
 import json
@@ -15,7 +15,7 @@ import urllib.request
 import openai
 from openai import OpenAI
 
-BASE, KEY, MODEL = sys.argv[1], sys.argv[2], sys.argv[3]
+BASE, KEY, MODEL, PID = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 client = OpenAI(base_url=BASE + "/v1", api_key=KEY, max_retries=0, timeout=120)
 failures = 0
 
@@ -23,7 +23,7 @@ failures = 0
 def check(name, cond, detail=""):
     global failures
     if cond:
-        print(f"ok: {name}")
+        print(f"ok: {name}" + (f" [{detail}]" if detail else ""))
     else:
         failures += 1
         print(f"FAIL: {name} {detail}")
@@ -214,7 +214,50 @@ while time.time() < deadline and not (metric("tern_requests_cancelled_total") > 
 check("disconnect cancels the sequence", metric("tern_requests_cancelled_total") > cancelled0
       and metric("tern_sequences_active") == 0, f"cancelled {metric('tern_requests_cancelled_total')}")
 
-# --- load: 16 concurrent streaming clients x 2 requests; greedy outputs identical to each request run alone
+# --- prefix cache: a follow-up chat turn resumes from the cached previous turn
+conv = [{"role": "system", "content": "You answer in verses."}, {"role": "user", "content": "Who made the light?"}]
+t1 = client.chat.completions.create(model=MODEL, messages=conv, max_tokens=16, temperature=0)
+conv += [{"role": "assistant", "content": t1.choices[0].message.content}, {"role": "user", "content": "And the dark?"}]
+t2 = client.chat.completions.create(model=MODEL, messages=conv, max_tokens=16, temperature=0)
+cached = t2.usage.prompt_tokens_details.cached_tokens if t2.usage.prompt_tokens_details else 0
+check("prefix cache: the second turn resumes from the first", 0 < cached < t2.usage.prompt_tokens,
+      f"cached {cached} of {t2.usage.prompt_tokens}")
+check("prefix cache: hits counted in /metrics", (metric("tern_prefix_cache_hits_total") or 0) >= 1)
+
+
+def rss_kib():
+    with open(f"/proc/{PID}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+# --- a disconnect storm: many clients leave mid-stream; the server stays healthy and its memory flat
+def leave_early(i):
+    s = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"Story {i}"}],
+                                       max_tokens=300, temperature=0.8, seed=i, stream=True,
+                                       extra_body={"ignore_eos": True})
+    for k, _ in enumerate(s):
+        if k >= 2:
+            break
+    s.close()
+
+
+rss = []
+for storm in range(3):
+    with concurrent.futures.ThreadPoolExecutor(24) as ex:
+        list(ex.map(leave_early, range(24)))
+    deadline = time.time() + 30
+    while time.time() < deadline and metric("tern_sequences_active") != 0:
+        time.sleep(0.1)
+    rss.append(rss_kib())
+st, j = raw("GET", "/health", key=None)
+check("disconnect storm: healthy, nothing left running", st == 200 and metric("tern_sequences_active") == 0
+      and metric("tern_queue_depth") == 0)
+check("disconnect storm: memory flat (RSS after storms 2 and 3 within 2 MiB)", abs(rss[2] - rss[1]) < 2048, str(rss))
+
+# --- load: 32 concurrent streaming clients x 4 requests; greedy outputs identical to each request run alone
 prompts = [f"Tell me about the number {i}." if i % 2 else f"Define the word {w}."
            for i, w in enumerate(["light", "water", "stone", "wind", "fire", "night", "bread", "salt"])]
 lengths = [12, 20, 28, 16, 24, 32, 10, 18]
@@ -225,7 +268,7 @@ for p, n in zip(prompts, lengths):
 
 def client_job(i):
     out = []
-    for k in range(2):
+    for k in range(4):
         p = prompts[(i + k) % len(prompts)]
         n = lengths[(i + k) % len(prompts)]
         out.append((p, stream_chat(p, max_tokens=n)[0]))
@@ -233,9 +276,10 @@ def client_job(i):
 
 
 t0 = time.time()
+steps0, gen0 = metric("tern_forward_steps_total"), metric("tern_completion_tokens_total")
 errors, mismatches, done = 0, 0, 0
-with concurrent.futures.ThreadPoolExecutor(16) as ex:
-    futs = [ex.submit(client_job, i) for i in range(16)]
+with concurrent.futures.ThreadPoolExecutor(32) as ex:
+    futs = [ex.submit(client_job, i) for i in range(32)]
     for f in concurrent.futures.as_completed(futs):
         try:
             for p, t in f.result():
@@ -246,8 +290,10 @@ with concurrent.futures.ThreadPoolExecutor(16) as ex:
         except Exception as e:  # noqa: BLE001
             errors += 1
             print(f"  client error: {type(e).__name__}: {e}")
-check(f"load: 16 clients x 2 streaming requests, zero errors ({time.time() - t0:.1f}s)", errors == 0 and done == 32,
+check(f"load: 32 clients x 4 streaming requests, zero errors ({time.time() - t0:.1f}s)", errors == 0 and done == 128,
       f"{errors} errors, {done} done")
+steps, gen = metric("tern_forward_steps_total") - steps0, metric("tern_completion_tokens_total") - gen0
+check(f"load: sequences were batched ({gen / max(steps, 1):.2f} tokens per step)", gen / max(steps, 1) > 2.0)
 check("load: every output identical to the request run alone", mismatches == 0, f"{mismatches} mismatches")
 _, mt = raw("GET", "/metrics")
 for name in ("tern_http_requests_total", "tern_prompt_tokens_total", "tern_completion_tokens_total",

@@ -219,3 +219,83 @@ TEST(Scheduler, CancelFreesTheSequence) {
   EXPECT_EQ(st.requests_cancelled, 4);
   EXPECT_EQ(st.requests_done, 2);
 }
+
+// A follow-up turn resumes from the cached end of the previous answer (or an earlier end of message) and gives
+// exactly the tokens a server without the cache gives.
+TEST(Scheduler, PrefixCacheSameOutput) {
+  const int32_t im_end = *model().tok->find_token("<|im_end|>");
+  std::vector<int32_t> p1 = prompt_of(30, 1);
+  p1[12] = im_end;  // an end of message inside the prompt
+  GenRequest r1 = request(5, 1, 20);
+  r1.prompt = p1;
+  std::vector<Outcome> out[2];
+  std::vector<int64_t> cached;
+  for (int with_cache = 0; with_cache < 2; ++with_cache) {
+    SchedulerOptions so;
+    so.batch = 16;
+    so.cache_bytes = with_cache ? size_t{64} << 20 : 0;
+    Scheduler s(*model().engine, *model().tok, so);
+    Outcome o1 = drain(*s.submit(r1));
+    GenRequest r2 = r1;  // turn 2: turn 1 + its answer (all but the unfed last token) + new tokens
+    r2.prompt.insert(r2.prompt.end(), o1.tokens.begin(), o1.tokens.end() - 1);
+    for (int32_t t : prompt_of(10, 2)) r2.prompt.push_back(t);
+    GenRequest r3 = r1;  // shares only the first message with turn 1
+    r3.prompt.resize(13);
+    for (int32_t t : prompt_of(25, 3)) r3.prompt.push_back(t);
+    auto c2 = s.submit(r2);
+    Outcome o2 = drain(*c2);
+    auto c3 = s.submit(r3);
+    Outcome o3 = drain(*c3);
+    out[with_cache] = {o1, o2, o3};
+    if (with_cache) {
+      cached = {c2->n_cached(), c3->n_cached()};
+      EXPECT_EQ(s.stats().cache.hits, 2);
+      EXPECT_LE(s.stats().cache.bytes, s.stats().cache.budget);
+    } else {
+      EXPECT_EQ(c2->n_cached(), 0);
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[0][i].tokens, out[1][i].tokens) << "turn " << i;
+    EXPECT_EQ(out[0][i].text, out[1][i].text) << "turn " << i;
+  }
+  ASSERT_EQ(cached.size(), 2u);
+  EXPECT_EQ(cached[0], static_cast<int64_t>(p1.size() + out[1][0].tokens.size() - 1));  // the whole first answer
+  EXPECT_EQ(cached[1], 13);                                                            // the first message
+}
+
+TEST(PrefixCache, LeastRecentlyUsedWithinBudget) {
+  auto& e = *model().engine;
+  auto snapshot = [&](int salt, int n) {
+    auto st = e.new_sequence();
+    std::vector<int32_t> toks = prompt_of(n, salt);
+    e.eval(*st, toks);
+    return std::make_pair(toks, std::move(st));
+  };
+  auto [t1, s1] = snapshot(1, 20);
+  PrefixCache probe(size_t{1} << 30, e.config().n_layer);
+  probe.insert(t1, *s1);
+  const size_t one = probe.stats().bytes;
+  ASSERT_GT(one, 0u);
+  PrefixCache cache(one * 5 / 2, e.config().n_layer);  // room for two
+  auto [t2, s2] = snapshot(2, 20);
+  auto [t3, s3] = snapshot(3, 20);
+  cache.insert(t1, *s1);
+  cache.insert(t2, *s2);
+  std::vector<int32_t> longer = t1;
+  longer.push_back(5);
+  auto fresh = e.new_sequence();
+  EXPECT_EQ(cache.restore(longer, *fresh), 20);  // t1 is now the most recently used
+  EXPECT_EQ(fresh->n_past(), 20);
+  cache.insert(t3, *s3);                          // evicts t2
+  EXPECT_TRUE(cache.contains(t1));
+  EXPECT_FALSE(cache.contains(t2));
+  EXPECT_TRUE(cache.contains(t3));
+  EXPECT_EQ(cache.stats().evictions, 1);
+  EXPECT_LE(cache.stats().bytes, cache.stats().budget);
+  auto other = e.new_sequence();
+  EXPECT_EQ(cache.restore(t1, *other), 0);        // a whole prompt is never a hit: one token must remain
+  PrefixCache tiny(one / 2, e.config().n_layer);  // a snapshot over the budget is not kept
+  tiny.insert(t1, *s1);
+  EXPECT_EQ(tiny.stats().entries, 0);
+}

@@ -30,7 +30,7 @@ for _ in range(300):
         time.sleep(0.1)
 sys.exit(1)
 PY
-python3 "$TESTS/serve/openai_client.py" "http://127.0.0.1:$PORT" "$KEY" tern-tiny-q35moe
+python3 "$TESTS/serve/openai_client.py" "http://127.0.0.1:$PORT" "$KEY" tern-tiny-q35moe "$pid"
 rc=$?
 kill -TERM "$pid"
 wait "$pid"
