@@ -58,7 +58,7 @@ function render(text){
   return h + md(answer);
 }
 function add(role, text){
-  const d = document.createElement("div"); d.className = "msg "+role; d.innerHTML = role==="user"?md(text):render(text);
+  const d = document.createElement("div"); d.className = "msg "+role; d.dataset.role = role; d.innerHTML = role==="user"?md(text):render(text);
   $("log").appendChild(d); $("log").scrollTop = $("log").scrollHeight; return d;
 }
 async function send(text){
@@ -95,7 +95,7 @@ async function send(text){
     else{out.className = "msg error"; out.textContent = "error: "+e.message;}
   }
   history.push({role:"assistant",content:answer.replace(/<think>[\s\S]*?<\/think>/g,"")});
-  controller = null; $("stop").disabled = true; $("send").disabled = false;
+  controller = null; $("stop").disabled = true; $("send").disabled = false; out.dataset.done = "1";
 }
 $("form").onsubmit = e => {e.preventDefault(); const t = $("input").value.trim(); if(!t||controller) return; $("input").value=""; send(t);};
 $("input").onkeydown = e => {if(e.key==="Enter"&&!e.shiftKey){e.preventDefault();$("form").requestSubmit();}};
@@ -103,6 +103,11 @@ $("stop").onclick = () => {if(controller) controller.abort();};
 $("reset").onclick = () => {if(controller) controller.abort(); history = []; $("log").innerHTML = "";};
 $("toggle").onclick = () => {const s=$("settings").style; s.display = s.display==="block"?"none":"block";};
 fetch("/v1/models").then(r=>r.json()).then(j=>{$("model").textContent = "· "+j.data[0].id;}).catch(()=>{});
+// /?temperature=T&max_tokens=N&system=S preset the settings; q=TEXT sends TEXT as the first message (links that
+// start a chat; the browser test uses them).
+const params = new URLSearchParams(location.search);
+for(const k of ["temperature","max_tokens","system"]) if(params.has(k)) $(k).value = params.get(k);
+if(params.get("q")) send(params.get("q"));
 </script></body></html>
 )TERNHTML";
 
