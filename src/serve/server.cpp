@@ -88,11 +88,27 @@ void Server::routes() {
     std::lock_guard lk(stats_m_);
     ++errors_[e.status];
   };
-  // Every handler: ApiError -> its status; tern::Error (bad input found deeper) -> 400; anything else -> 500.
-  auto guard = [reply_error](std::function<void(const httplib::Request&, httplib::Response&)> fn) {
-    return [reply_error, fn](const httplib::Request& req, httplib::Response& res) {
+  // Every POST route reads its body itself (httplib would refuse form-encoded bodies over 8 KiB, which is what
+  // `curl -d` sends) and maps errors: ApiError -> its status; tern::Error (bad input found deeper) -> 400;
+  // anything else -> 500.
+  using PostFn = std::function<void(const std::string& body, httplib::Response&)>;
+  auto post = [this, reply_error](const char* path, PostFn fn) {
+    http_->Post(path, [reply_error, fn](const httplib::Request& req, httplib::Response& res,
+                                        const httplib::ContentReader& reader) {
       try {
-        fn(req, res);
+        if (req.is_multipart_form_data())
+          api_fail(400, "", "invalid_json", "expected a JSON body, got multipart form data");
+        std::string body;
+        const bool read = reader([&](const char* data, size_t n) {
+          body.append(data, n);
+          return true;
+        });
+        if (!read) {
+          const int status = res.status == 413 ? 413 : 400;
+          api_fail(status, "", "", status == 413 ? "the request body is too large (over 32 MiB)"
+                                                 : "the request body could not be read");
+        }
+        fn(body, res);
       } catch (const ApiError& e) {
         reply_error(res, e);
       } catch (const Error& e) {
@@ -101,7 +117,7 @@ void Server::routes() {
         log::error("%s %s: %s", req.method.c_str(), req.path.c_str(), e.what());
         reply_error(res, error_of(500, std::string("internal error: ") + e.what(), "server_error"));
       }
-    };
+    });
   };
 
   http_->set_pre_routing_handler([this, reply_error](const httplib::Request& req, httplib::Response& res) {
@@ -155,17 +171,17 @@ void Server::routes() {
     count("metrics");
     res.set_content(metrics_text(), "text/plain; version=0.0.4");
   });
-  http_->Post("/v1/chat/completions", guard([this](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/chat/completions", [this](const std::string& body, httplib::Response& res) {
     count("chat_completions");
-    generate(req, res, true);
-  }));
-  http_->Post("/v1/completions", guard([this](const httplib::Request& req, httplib::Response& res) {
+    generate(body, res, true);
+  });
+  post("/v1/completions", [this](const std::string& body, httplib::Response& res) {
     count("completions");
-    generate(req, res, false);
-  }));
-  http_->Post("/tokenize", guard([this](const httplib::Request& req, httplib::Response& res) {
+    generate(body, res, false);
+  });
+  post("/tokenize", [this](const std::string& body, httplib::Response& res) {
     count("tokenize");
-    json b = parse_json_body(req.body);
+    json b = parse_json_body(body);
     if (!b.contains("content") || !b["content"].is_string())
       api_fail(400, "content", "invalid_value", "'content' must be a string");
     for (const char* k : {"add_special", "with_pieces"})
@@ -183,10 +199,10 @@ void Server::routes() {
       else out.push_back(id);
     }
     set_json(res, json{{"tokens", out}});
-  }));
-  http_->Post("/detokenize", guard([this](const httplib::Request& req, httplib::Response& res) {
+  });
+  post("/detokenize", [this](const std::string& body, httplib::Response& res) {
     count("detokenize");
-    json b = parse_json_body(req.body);
+    json b = parse_json_body(body);
     if (!b.contains("tokens") || !b["tokens"].is_array())
       api_fail(400, "tokens", "invalid_value", "'tokens' must be an array of token ids");
     std::vector<int32_t> ids;
@@ -202,11 +218,11 @@ void Server::routes() {
     for (int32_t id : ids) s += dec.push(id);
     s += dec.flush();
     set_json(res, json{{"content", s}});
-  }));
+  });
 }
 
-void Server::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
-  const json body = parse_json_body(req.body);
+void Server::generate(const std::string& request_body, httplib::Response& res, bool chat) {
+  const json body = parse_json_body(request_body);
   ApiContext ctx{tok_, tpl_, model_};
   ParsedRequest p = chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
   std::shared_ptr<Completion> c;

@@ -37,7 +37,7 @@ class Server {
 
  private:
   void routes();
-  void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void generate(const std::string& body, httplib::Response& res, bool chat);
   std::string metrics_text();
   void count(const std::string& endpoint);
 
