@@ -33,6 +33,8 @@ json parse_json_body(const std::string& body) {
   return j;
 }
 
+std::string to_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 namespace {
 
 void bad_value(const std::string& param, const std::string& why) {
@@ -105,12 +107,6 @@ ParsedRequest parse_common(const json& b, const ApiContext& ctx) {
   p.gen.ignore_eos = boolean(b, "ignore_eos", false);
   if (present(b, "n") && integer(b, "n", 1, 1, 1 << 20) != 1) unsupported("n", "n other than 1");
   if (present(b, "best_of") && integer(b, "best_of", 1, 1, 1 << 20) != 1) unsupported("best_of", "best_of other than 1");
-  if (present(b, "logprobs")) {
-    const json& v = b["logprobs"];
-    if (!(v.is_boolean() && !v.get<bool>()) && !(v.is_number_integer() && v.get<int64_t>() == 0))
-      unsupported("logprobs", "logprobs");
-  }
-  if (present(b, "top_logprobs") && integer(b, "top_logprobs", 0, 0, 20) != 0) unsupported("top_logprobs", "top_logprobs");
   if (present(b, "stop")) {
     const json& v = b["stop"];
     if (v.is_string()) p.gen.stop.push_back(v.get<std::string>());
@@ -162,6 +158,9 @@ std::vector<int32_t> encode_prompt(const ApiContext& ctx, const std::string& tex
 
 ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
   ParsedRequest p = parse_common(b, ctx);
+  // logprobs: true|false; top_logprobs: 0..20, only with logprobs.
+  if (boolean(b, "logprobs", false)) p.gen.top_logprobs = static_cast<int>(integer(b, "top_logprobs", 0, 0, 20));
+  else if (present(b, "top_logprobs")) bad_value("top_logprobs", "only allowed when 'logprobs' is true");
   if (!ctx.chat_template) api_fail(400, "messages", "", "the model has no chat template; use /v1/completions");
   if (!present(b, "messages")) api_fail(400, "messages", "missing_required_parameter", "'messages' is required");
   const json& msgs = b["messages"];
@@ -211,6 +210,8 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
 
 ParsedRequest parse_completion_request(const json& b, const ApiContext& ctx) {
   ParsedRequest p = parse_common(b, ctx);
+  // Legacy completions: logprobs is the number of alternatives, 0..5 (null: off).
+  if (present(b, "logprobs")) p.gen.top_logprobs = static_cast<int>(integer(b, "logprobs", 0, 0, 5));
   if (boolean(b, "echo", false)) unsupported("echo", "echo");
   if (present(b, "suffix")) unsupported("suffix", "suffix");
   if (!present(b, "prompt")) api_fail(400, "prompt", "missing_required_parameter", "'prompt' is required");
@@ -250,13 +251,47 @@ json usage_json(int64_t n_prompt, int64_t n_completion, int64_t n_cached) {
               {"prompt_tokens_details", {{"cached_tokens", n_cached}}}};
 }
 
+json chat_logprobs(const std::vector<TokenLogprob>& lps, const text::Tokenizer& tok) {
+  auto entry = [&](int32_t id, float lp) {
+    const std::string t = tok.token_bytes(id);
+    json bytes = json::array();
+    for (unsigned char ch : t) bytes.push_back(static_cast<int>(ch));
+    return json{{"token", t}, {"logprob", lp}, {"bytes", bytes}};
+  };
+  json content = json::array();
+  for (const TokenLogprob& x : lps) {
+    json e = entry(x.id, x.logprob);
+    json top = json::array();
+    for (const auto& [id, lp] : x.top) top.push_back(entry(id, lp));
+    e["top_logprobs"] = top;
+    content.push_back(std::move(e));
+  }
+  return json{{"content", content}};
+}
+
+json completion_logprobs(const std::vector<TokenLogprob>& lps, const text::Tokenizer& tok, size_t text_offset0) {
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+  size_t off = text_offset0;
+  for (const TokenLogprob& x : lps) {
+    const std::string t = tok.token_bytes(x.id);
+    tokens.push_back(t);
+    token_logprobs.push_back(x.logprob);
+    json alt = json::object();
+    for (const auto& [id, lp] : x.top) alt[tok.token_bytes(id)] = lp;
+    top.push_back(std::move(alt));
+    offsets.push_back(off);
+    off += t.size();
+  }
+  return json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
 static json finish_json(Finish f) { return f == Finish::kNone ? json(nullptr) : json(finish_name(f)); }
 
 json chat_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                   Finish finish, const json& usage) {
+                   Finish finish, const json& usage, const json& logprobs) {
   json choice{{"index", 0},
               {"message", {{"role", "assistant"}, {"content", text}}},
-              {"logprobs", nullptr},
+              {"logprobs", logprobs},
               {"finish_reason", finish_json(finish)}};
   return json{{"id", id},           {"object", "chat.completion"}, {"created", created},
               {"model", model},     {"choices", json::array({choice})},
@@ -264,22 +299,23 @@ json chat_response(const std::string& id, int64_t created, const std::string& mo
 }
 
 json completion_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                         Finish finish, const json& usage) {
-  json choice{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_json(finish)}};
+                         Finish finish, const json& usage, const json& logprobs) {
+  json choice{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_json(finish)}};
   return json{{"id", id},           {"object", "text_completion"}, {"created", created},
               {"model", model},     {"choices", json::array({choice})},
               {"usage", usage}};
 }
 
-json chat_chunk(const std::string& id, int64_t created, const std::string& model, const json& delta, Finish finish) {
-  json choice{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish_json(finish)}};
+json chat_chunk(const std::string& id, int64_t created, const std::string& model, const json& delta, Finish finish,
+                const json& logprobs) {
+  json choice{{"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish_json(finish)}};
   return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
               {"choices", json::array({choice})}};
 }
 
 json completion_chunk(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                      Finish finish) {
-  json choice{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_json(finish)}};
+                      Finish finish, const json& logprobs) {
+  json choice{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_json(finish)}};
   return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
               {"choices", json::array({choice})}};
 }

@@ -48,21 +48,29 @@ struct ParsedRequest {
 };
 
 json parse_json_body(const std::string& body);  // 400 on malformed JSON or a non-object
+// Serializes; invalid UTF-8 (a token that is part of a character) becomes U+FFFD instead of throwing.
+std::string to_text(const json& j);
 ParsedRequest parse_chat_request(const json& body, const ApiContext& ctx);
 ParsedRequest parse_completion_request(const json& body, const ApiContext& ctx);
 
 // n_cached: prompt tokens resumed from the prefix cache (usage.prompt_tokens_details.cached_tokens).
 json usage_json(int64_t n_prompt, int64_t n_completion, int64_t n_cached = 0);
-// Non-streaming bodies.
+// The "logprobs" object of a choice: chat's {"content": [{token, logprob, bytes, top_logprobs}]}, or the legacy
+// completions form {tokens, token_logprobs, top_logprobs, text_offset} (offsets counted from text_offset0).
+json chat_logprobs(const std::vector<TokenLogprob>& lps, const text::Tokenizer& tok);
+json completion_logprobs(const std::vector<TokenLogprob>& lps, const text::Tokenizer& tok, size_t text_offset0);
+
+// Non-streaming bodies (logprobs: null or one of the objects above).
 json chat_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                   Finish finish, const json& usage);
+                   Finish finish, const json& usage, const json& logprobs = nullptr);
 json completion_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                         Finish finish, const json& usage);
+                         Finish finish, const json& usage, const json& logprobs = nullptr);
 // Streaming chunks: delta text (or, for chat, the role announcement when role is set), or the final chunk with a
 // finish reason; usage chunks have empty choices.
-json chat_chunk(const std::string& id, int64_t created, const std::string& model, const json& delta, Finish finish);
+json chat_chunk(const std::string& id, int64_t created, const std::string& model, const json& delta, Finish finish,
+                const json& logprobs = nullptr);
 json completion_chunk(const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                      Finish finish);
+                      Finish finish, const json& logprobs = nullptr);
 json usage_chunk(const std::string& object, const std::string& id, int64_t created, const std::string& model,
                  const json& usage);
 

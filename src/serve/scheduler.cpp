@@ -1,6 +1,7 @@
 #include "serve/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/log.h"
 #include "runtime/generate.h"
@@ -23,11 +24,13 @@ const char* finish_name(Finish f) {
 
 // ---- Completion (client side) ----
 
-bool Completion::wait(std::string* out, std::chrono::milliseconds timeout) {
+bool Completion::wait(std::string* out, std::chrono::milliseconds timeout, std::vector<TokenLogprob>* logprobs) {
   std::unique_lock lk(m_);
-  cv_.wait_for(lk, timeout, [&] { return !pending_.empty() || finish_ != Finish::kNone; });
+  cv_.wait_for(lk, timeout, [&] { return !pending_.empty() || !pending_logprobs_.empty() || finish_ != Finish::kNone; });
   out->append(pending_);
   pending_.clear();
+  if (logprobs) logprobs->insert(logprobs->end(), pending_logprobs_.begin(), pending_logprobs_.end());
+  pending_logprobs_.clear();
   return finish_ != Finish::kNone;
 }
 
@@ -276,7 +279,7 @@ void Scheduler::step(std::vector<Job*>& jobs) {
       continue;
     }
     ++n_sampled;
-    after_token(j, tok);
+    after_token(j, tok, row);
   }
   std::lock_guard lk(m_);
   stats_.steps++;
@@ -286,15 +289,42 @@ void Scheduler::step(std::vector<Job*>& jobs) {
   stats_.cache = cache_.stats();
 }
 
-bool Scheduler::after_token(Job& j, int32_t tok) {
+// log-softmax of the row at `tok`, and the n largest entries (ties: lower id first).
+static TokenLogprob logprob_of(const float* logits, int64_t V, int32_t tok, int n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < V; ++i)
+    if (logits[i] > mx) mx = logits[i];
+  double sum = 0;
+  for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  TokenLogprob lp;
+  lp.id = tok;
+  lp.logprob = static_cast<float>(logits[tok] - lse);
+  if (n > 0) {
+    std::vector<int32_t> ids(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) ids[i] = static_cast<int32_t>(i);
+    const size_t k = std::min<size_t>(static_cast<size_t>(n), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (size_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - lse));
+  }
+  return lp;
+}
+
+bool Scheduler::after_token(Job& j, int32_t tok, const float* logits) {
   j.sampler.accept(tok);
+  const bool eog = !j.req.ignore_eos && std::binary_search(eog_.begin(), eog_.end(), tok);
   {
     std::lock_guard lk(j.c->m_);
     j.c->tokens_.push_back(tok);
+    // End-of-generation tokens are not part of the answer's text, nor of its log-probabilities.
+    if (j.req.top_logprobs >= 0 && !eog)
+      j.c->pending_logprobs_.push_back(logprob_of(logits, engine_.config().n_vocab, tok, j.req.top_logprobs));
   }
   ++j.c->n_generated_;
   const int64_t n_gen = static_cast<int64_t>(j.c->tokens_.size());
-  if (!j.req.ignore_eos && std::binary_search(eog_.begin(), eog_.end(), tok)) {
+  if (eog) {
     snapshot_answer(j);
     j.c->post(j.text.finish(), Finish::kStop);
     j.done = true;
@@ -315,7 +345,7 @@ bool Scheduler::after_token(Job& j, int32_t tok) {
     j.done = true;
     return false;
   }
-  if (!piece.empty()) j.c->post(piece);
+  j.c->post(piece);  // wakes the client for text or log-probabilities
   j.next = tok;
   return true;
 }

@@ -36,10 +36,19 @@ struct SchedulerOptions {
 
 struct GenRequest {
   std::vector<int32_t> prompt;
+  int top_logprobs = -1;            // < 0: no log-probabilities; n >= 0: the chosen token's and the n most likely
   runtime::SamplingParams sampling;
   int max_tokens = -1;              // < 0: until end of generation or the context is full
   std::vector<std::string> stop;    // stop strings (excluded from the text)
   bool ignore_eos = false;
+};
+
+// Log-probability of a generated token under the model (log-softmax of its logits, before sampling filters), and
+// the most likely alternatives, most likely first.
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
 };
 
 enum class Finish { kNone, kStop, kLength, kCancelled, kError };
@@ -50,7 +59,8 @@ class Completion {
  public:
   // Waits until there is new text or the request finished (or the timeout passes). Appends new text to *out.
   // Returns true once the request has finished and all its text has been taken.
-  bool wait(std::string* out, std::chrono::milliseconds timeout);
+  // Log-probabilities (when requested) of the tokens generated since the last wait() go to *logprobs.
+  bool wait(std::string* out, std::chrono::milliseconds timeout, std::vector<TokenLogprob>* logprobs = nullptr);
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
 
@@ -70,6 +80,7 @@ class Completion {
   mutable std::mutex m_;
   std::condition_variable cv_;
   std::string pending_;
+  std::vector<TokenLogprob> pending_logprobs_;
   Finish finish_ = Finish::kNone;
   std::string error_;
   std::vector<int32_t> tokens_;  // written by the scheduler thread before it posts kNone -> finished
@@ -108,7 +119,7 @@ class Scheduler {
   struct Job;
   void loop();
   void step(std::vector<Job*>& jobs);
-  bool after_token(Job& j, int32_t tok);  // false: the job has finished
+  bool after_token(Job& j, int32_t tok, const float* logits);  // false: the job has finished
   void start(Job& j);                     // a job that just got a sequence: reset it, resume a cached prefix
   void snapshot_answer(Job& j);           // the prompt and the answer so far, into the prefix cache
   void finish(Job& j, Finish f, const std::string& error = {});

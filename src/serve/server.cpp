@@ -32,7 +32,7 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-void set_json(httplib::Response& res, const json& j) { res.set_content(j.dump(), "application/json"); }
+void set_json(httplib::Response& res, const json& j) { res.set_content(to_text(j), "application/json"); }
 
 ApiError error_of(int status, const std::string& message, const std::string& type) {
   ApiError e;
@@ -237,7 +237,8 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   const std::string model = model_.id;
-  const bool include_usage = p.include_usage;
+  const bool include_usage = p.include_usage, want_logprobs = p.gen.top_logprobs >= 0;
+  const text::Tokenizer* tokp = &tok_;
   // The provider runs on this HTTP thread until the request ends; a failed write means the client left.
   auto lost = [this, c] {
     c->cancel();
@@ -250,18 +251,24 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
         "text/event-stream",
         [=](size_t, httplib::DataSink& sink) {
           auto send = [&](const json& j) {
-            const std::string s = "data: " + j.dump() + "\n\n";
+            const std::string s = "data: " + to_text(j) + "\n\n";
             return sink.write(s.data(), s.size());
           };
           if (chat && !send(chat_chunk(id, created, model, {{"role", "assistant"}, {"content", ""}}, Finish::kNone)))
             return lost();
           auto last = clock::now();
+          size_t text_offset = 0;
           for (;;) {
             std::string text;
-            const bool done = c->wait(&text, 100ms);
-            if (!text.empty()) {
-              json d = chat ? chat_chunk(id, created, model, {{"content", text}}, Finish::kNone)
-                            : completion_chunk(id, created, model, text, Finish::kNone);
+            std::vector<TokenLogprob> lps;
+            const bool done = c->wait(&text, 100ms, &lps);
+            if (!text.empty() || !lps.empty()) {
+              json lp = !want_logprobs ? json(nullptr)
+                        : chat         ? chat_logprobs(lps, *tokp)
+                                       : completion_logprobs(lps, *tokp, text_offset);
+              text_offset += text.size();
+              json d = chat ? chat_chunk(id, created, model, {{"content", text}}, Finish::kNone, lp)
+                            : completion_chunk(id, created, model, text, Finish::kNone, lp);
               if (!send(d)) return lost();
               last = clock::now();
             } else if (clock::now() - last > 1s) {
@@ -294,8 +301,9 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
       "application/json",
       [=](size_t, httplib::DataSink& sink) {
         std::string text;
+        std::vector<TokenLogprob> lps;
         auto last = clock::now();
-        while (!c->wait(&text, 100ms)) {
+        while (!c->wait(&text, 100ms, &lps)) {
           if (clock::now() - last > 1s) {
             if (!sink.write(" ", 1)) return lost();
             last = clock::now();
@@ -303,10 +311,11 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
         }
         const Finish f = c->finish();
         const json usage = usage_json(c->n_prompt(), c->n_completion(), c->n_cached());
+        json lp = !want_logprobs ? json(nullptr) : chat ? chat_logprobs(lps, *tokp) : completion_logprobs(lps, *tokp, 0);
         json out = f == Finish::kError ? error_of(500, c->error(), "server_error").body()
-                   : chat ? chat_response(id, created, model, text, f, usage)
-                          : completion_response(id, created, model, text, f, usage);
-        const std::string s = out.dump();
+                   : chat ? chat_response(id, created, model, text, f, usage, lp)
+                          : completion_response(id, created, model, text, f, usage, lp);
+        const std::string s = to_text(out);
         if (!sink.write(s.data(), s.size())) return lost();
         sink.done();
         return true;

@@ -2,6 +2,7 @@
 // chunked prefill running beside decoding streams), requests that cannot fit are refused, cancel frees a sequence.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
@@ -298,4 +299,38 @@ TEST(PrefixCache, LeastRecentlyUsedWithinBudget) {
   PrefixCache tiny(one / 2, e.config().n_layer);  // a snapshot over the budget is not kept
   tiny.insert(t1, *s1);
   EXPECT_EQ(tiny.stats().entries, 0);
+}
+
+// Log-probabilities: one entry per generated token (end token excluded), log-softmax of the logits; greedy tokens
+// are their own most likely alternative.
+TEST(Scheduler, Logprobs) {
+  SchedulerOptions so;
+  Scheduler s(*model().engine, *model().tok, so);
+  GenRequest r = request(12, 4, 10);
+  r.top_logprobs = 3;
+  auto c = s.submit(r);
+  std::string text;
+  std::vector<TokenLogprob> lps;
+  while (!c->wait(&text, std::chrono::milliseconds(200), &lps)) {}
+  ASSERT_EQ(lps.size(), c->tokens().size());
+  for (size_t i = 0; i < lps.size(); ++i) {
+    EXPECT_EQ(lps[i].id, c->tokens()[i]);
+    ASSERT_EQ(lps[i].top.size(), 3u);
+    EXPECT_EQ(lps[i].top[0].first, lps[i].id);
+    EXPECT_EQ(lps[i].top[0].second, lps[i].logprob);
+    EXPECT_LE(lps[i].logprob, 0.0f);
+    EXPECT_GE(lps[i].top[0].second, lps[i].top[1].second);
+    EXPECT_GE(lps[i].top[1].second, lps[i].top[2].second);
+    double p = 0;
+    for (const auto& t : lps[i].top) p += std::exp(t.second);
+    EXPECT_LE(p, 1.0 + 1e-5);
+  }
+  // The same request without log-probabilities gives the same tokens and none.
+  r.top_logprobs = -1;
+  auto c2 = s.submit(r);
+  std::vector<TokenLogprob> none;
+  text.clear();
+  while (!c2->wait(&text, std::chrono::milliseconds(200), &none)) {}
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(c2->tokens(), c->tokens());
 }
