@@ -60,6 +60,10 @@ static RunFn setup_serve(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--max-queue", o->sched.max_queue, "Requests that may wait for a free sequence (more get 503)")
       ->capture_default_str();
+  app.add_option("--reasoning-format", o->server.reasoning_format,
+                 "Default for requests: none (the answer as generated) or auto (text before </think> of a think block "
+                 "the prompt opened goes to reasoning_content)")
+      ->capture_default_str();
   app.add_option("--cache-mib", o->cache_mib, "Prefix-cache budget in MiB (0: off)")->capture_default_str();
   app.add_option("--http-threads", o->server.http_threads, "HTTP worker threads (0: max(64, 8 x --parallel))")
       ->capture_default_str();

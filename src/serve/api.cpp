@@ -178,6 +178,31 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
       bad_value(where + ".role", "'" + role + "' is not one of system, developer, user, assistant, tool");
     if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() && !m["content"].is_array())
       bad_value(where + ".content", "expected a string or an array of content parts");
+    if (role == "assistant" && present(m, "tool_calls")) {
+      // OpenAI sends arguments as a JSON string; templates index them as a mapping.
+      if (!m["tool_calls"].is_array()) bad_value(where + ".tool_calls", "expected an array");
+      for (size_t k = 0; k < m["tool_calls"].size(); ++k) {
+        const std::string w = where + strf(".tool_calls[%zu]", k);
+        const json& tc = m["tool_calls"][k];
+        if (!tc.is_object() || !tc.contains("function") || !tc["function"].is_object() ||
+            !tc["function"].contains("name") || !tc["function"]["name"].is_string())
+          bad_value(w, "expected {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+        const json& args = tc["function"].contains("arguments") ? tc["function"]["arguments"] : json(nullptr);
+        json obj = json::object();
+        if (args.is_string()) {
+          obj = json::parse(args.get<std::string>(), nullptr, false);
+          if (obj.is_discarded() || !obj.is_object())
+            bad_value(w + ".function.arguments", "expected a JSON object encoded as a string");
+        } else if (args.is_object()) {
+          obj = args;
+        } else if (!args.is_null()) {
+          bad_value(w + ".function.arguments", "expected a JSON object encoded as a string");
+        }
+        copy["tool_calls"][k]["function"]["arguments"] = obj;
+      }
+    }
+    if (role == "tool" && m.contains("content") && !m["content"].is_string() && !m["content"].is_array())
+      bad_value(where + ".content", "a tool message needs content");
     if (m.contains("content") && m["content"].is_array())
       for (const json& part : m["content"])
         if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
@@ -185,7 +210,38 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
                    "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
     messages.push_back(std::move(copy));
   }
-  if (present(b, "tools") && !(b["tools"].is_array() && b["tools"].empty())) unsupported("tools", "tool calling");
+  json tools = nullptr;
+  if (present(b, "tools")) {
+    if (!b["tools"].is_array()) bad_value("tools", "expected an array of tools");
+    for (size_t i = 0; i < b["tools"].size(); ++i) {
+      const json& t = b["tools"][i];
+      const std::string w = strf("tools[%zu]", i);
+      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+        bad_value(w, "expected {\"type\": \"function\", \"function\": {...}}");
+      const json& f = t["function"];
+      if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
+        bad_value(w + ".function.name", "expected a non-empty string");
+      if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
+        bad_value(w + ".function.parameters", "expected a JSON schema object");
+    }
+    if (!b["tools"].empty()) tools = b["tools"];
+  }
+  if (present(b, "tool_choice")) {
+    const json& tc = b["tool_choice"];
+    if (tc == "none") tools = nullptr;  // the model is not told about the tools
+    else if (tc == "auto") {}
+    else if (tc == "required" || tc.is_object())
+      unsupported("tool_choice", "tool_choice 'required' or a named function (it needs constrained decoding)");
+    else bad_value("tool_choice", "expected \"none\", \"auto\", \"required\" or an object");
+  }
+  p.tools = tools;
+  std::string reasoning_format = ctx.reasoning_format;
+  if (present(b, "reasoning_format")) {
+    if (!b["reasoning_format"].is_string()) bad_value("reasoning_format", "expected \"none\" or \"auto\"");
+    reasoning_format = b["reasoning_format"].get<std::string>();
+    if (reasoning_format != "none" && reasoning_format != "auto")
+      bad_value("reasoning_format", "'" + reasoning_format + "' is not one of none, auto");
+  }
   if (present(b, "response_format")) {
     const json& rf = b["response_format"];
     if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
@@ -199,10 +255,13 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
   }
   std::string rendered;
   try {
-    rendered = ctx.chat_template->render(messages, nullptr, /*add_generation_prompt=*/true, extra);
+    rendered = ctx.chat_template->render(messages, tools, /*add_generation_prompt=*/true, extra);
   } catch (const Error& e) {
     api_fail(400, "messages", "invalid_value", std::string("the chat template rejected the messages: ") + e.what());
   }
+  // A think block the prompt leaves open is the answer's reasoning, up to </think>.
+  const size_t open = rendered.rfind("<think>"), close = rendered.rfind("</think>");
+  p.split_reasoning = reasoning_format == "auto" && open != std::string::npos && (close == std::string::npos || close < open);
   p.gen.prompt = encode_prompt(ctx, rendered);
   check_fits(p, ctx, "messages");
   return p;
@@ -285,12 +344,26 @@ json completion_logprobs(const std::vector<TokenLogprob>& lps, const text::Token
   return json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
 }
 
+json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = json::object();
+    if (with_index) c["index"] = i;
+    c["id"] = strf("call_%016llx", static_cast<unsigned long long>(rng()));
+    c["type"] = "function";
+    c["function"] = {{"name", calls[i].name}, {"arguments", to_text(calls[i].arguments)}};
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 static json finish_json(Finish f) { return f == Finish::kNone ? json(nullptr) : json(finish_name(f)); }
 
-json chat_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
+json chat_response(const std::string& id, int64_t created, const std::string& model, const json& message,
                    Finish finish, const json& usage, const json& logprobs) {
   json choice{{"index", 0},
-              {"message", {{"role", "assistant"}, {"content", text}}},
+              {"message", message},
               {"logprobs", logprobs},
               {"finish_reason", finish_json(finish)}};
   return json{{"id", id},           {"object", "chat.completion"}, {"created", created},

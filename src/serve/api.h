@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "serve/chat_output.h"
 #include "serve/scheduler.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -39,12 +40,15 @@ struct ApiContext {
   const text::Tokenizer& tok;
   const text::ChatTemplate* chat_template;  // null: the model has none (chat requests are refused)
   const ModelInfo& model;
+  std::string reasoning_format = "none";    // default of the request field: "none" | "auto"
 };
 
 struct ParsedRequest {
   GenRequest gen;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  bool split_reasoning = false;  // chat: text before </think> goes to reasoning_content
+  json tools = nullptr;          // chat: tool definitions whose calls are parsed from the answer (null: none)
 };
 
 json parse_json_body(const std::string& body);  // 400 on malformed JSON or a non-object
@@ -54,6 +58,8 @@ ParsedRequest parse_chat_request(const json& body, const ApiContext& ctx);
 ParsedRequest parse_completion_request(const json& body, const ApiContext& ctx);
 
 // n_cached: prompt tokens resumed from the prefix cache (usage.prompt_tokens_details.cached_tokens).
+// OpenAI's tool_calls array ({"index"} added for streaming deltas).
+json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index);
 json usage_json(int64_t n_prompt, int64_t n_completion, int64_t n_cached = 0);
 // The "logprobs" object of a choice: chat's {"content": [{token, logprob, bytes, top_logprobs}]}, or the legacy
 // completions form {tokens, token_logprobs, top_logprobs, text_offset} (offsets counted from text_offset0).
@@ -61,7 +67,8 @@ json chat_logprobs(const std::vector<TokenLogprob>& lps, const text::Tokenizer& 
 json completion_logprobs(const std::vector<TokenLogprob>& lps, const text::Tokenizer& tok, size_t text_offset0);
 
 // Non-streaming bodies (logprobs: null or one of the objects above).
-json chat_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
+// message: {"role": "assistant", "content", ["reasoning_content"], ["tool_calls"]}.
+json chat_response(const std::string& id, int64_t created, const std::string& model, const json& message,
                    Finish finish, const json& usage, const json& logprobs = nullptr);
 json completion_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
                          Finish finish, const json& usage, const json& logprobs = nullptr);

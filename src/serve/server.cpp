@@ -48,6 +48,8 @@ Server::Server(const ServerOptions& o, Scheduler& sched, const text::Tokenizer& 
                ModelInfo model)
     : o_(o), sched_(sched), tok_(tok), tpl_(tpl), model_(std::move(model)), http_(std::make_unique<httplib::Server>()) {
   if (o_.port < 0 || o_.port > 65535) fail("--port must be in [0, 65535] (got %d)", o_.port);
+  if (o_.reasoning_format != "none" && o_.reasoning_format != "auto")
+    fail("--reasoning-format '%s' is not supported (supported: none, auto)", o_.reasoning_format.c_str());
   if (o_.http_threads < 0) fail("--http-threads must be >= 0 (got %d)", o_.http_threads);
   int n = o_.http_threads;
   if (n == 0) {
@@ -223,7 +225,7 @@ void Server::routes() {
 
 void Server::generate(const std::string& request_body, httplib::Response& res, bool chat) {
   const json body = parse_json_body(request_body);
-  ApiContext ctx{tok_, tpl_, model_};
+  ApiContext ctx{tok_, tpl_, model_, o_.reasoning_format};
   ParsedRequest p = chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
   std::shared_ptr<Completion> c;
   try {
@@ -239,6 +241,14 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
   const std::string model = model_.id;
   const bool include_usage = p.include_usage, want_logprobs = p.gen.top_logprobs >= 0;
   const text::Tokenizer* tokp = &tok_;
+  const bool split_reasoning = p.split_reasoning;
+  const json tools = p.tools;
+  auto delta_json = [](const ChatDelta& d) {
+    json j = json::object();
+    if (!d.reasoning.empty()) j["reasoning_content"] = d.reasoning;
+    if (!d.content.empty()) j["content"] = d.content;
+    return j;
+  };
   // The provider runs on this HTTP thread until the request ends; a failed write means the client left.
   auto lost = [this, c] {
     c->cancel();
@@ -258,6 +268,7 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
             return lost();
           auto last = clock::now();
           size_t text_offset = 0;
+          ChatOutputSplitter split(split_reasoning, tools);
           for (;;) {
             std::string text;
             std::vector<TokenLogprob> lps;
@@ -267,10 +278,13 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
                         : chat         ? chat_logprobs(lps, *tokp)
                                        : completion_logprobs(lps, *tokp, text_offset);
               text_offset += text.size();
-              json d = chat ? chat_chunk(id, created, model, {{"content", text}}, Finish::kNone, lp)
-                            : completion_chunk(id, created, model, text, Finish::kNone, lp);
-              if (!send(d)) return lost();
-              last = clock::now();
+              const ChatDelta cd = chat ? split.push(text) : ChatDelta{};
+              if (!chat || !cd.empty() || want_logprobs) {
+                json d = chat ? chat_chunk(id, created, model, delta_json(cd), Finish::kNone, lp)
+                              : completion_chunk(id, created, model, text, Finish::kNone, lp);
+                if (!send(d)) return lost();
+                last = clock::now();
+              }
             } else if (clock::now() - last > 1s) {
               // An SSE comment: keeps proxies awake and finds clients that left while the request waits.
               if (!sink.write(": ping\n\n", 8)) return lost();
@@ -280,8 +294,21 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
           }
           const Finish f = c->finish();
           bool ok = true;
-          if (f == Finish::kError) ok = send(error_of(500, c->error(), "server_error").body());
-          else ok = send(chat ? chat_chunk(id, created, model, json::object(), f) : completion_chunk(id, created, model, "", f));
+          std::vector<ToolCall> calls;
+          if (chat) {
+            const ChatDelta cd = split.finish(&calls);
+            if (!cd.empty()) ok = send(chat_chunk(id, created, model, delta_json(cd), Finish::kNone));
+            if (ok && !calls.empty())
+              ok = send(chat_chunk(id, created, model, {{"tool_calls", tool_calls_json(calls, true)}}, Finish::kNone));
+          }
+          if (!ok) return lost();
+          if (f == Finish::kError) {
+            ok = send(error_of(500, c->error(), "server_error").body());
+          } else {
+            json last_chunk = chat ? chat_chunk(id, created, model, json::object(), f) : completion_chunk(id, created, model, "", f);
+            if (!calls.empty() && f == Finish::kStop) last_chunk["choices"][0]["finish_reason"] = "tool_calls";
+            ok = send(last_chunk);
+          }
           if (ok && include_usage)
             ok = send(usage_chunk(chat ? "chat.completion.chunk" : "text_completion", id, created, model,
                                   usage_json(c->n_prompt(), c->n_completion(), c->n_cached())));
@@ -312,9 +339,28 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
         const Finish f = c->finish();
         const json usage = usage_json(c->n_prompt(), c->n_completion(), c->n_cached());
         json lp = !want_logprobs ? json(nullptr) : chat ? chat_logprobs(lps, *tokp) : completion_logprobs(lps, *tokp, 0);
-        json out = f == Finish::kError ? error_of(500, c->error(), "server_error").body()
-                   : chat ? chat_response(id, created, model, text, f, usage, lp)
-                          : completion_response(id, created, model, text, f, usage, lp);
+        json out;
+        if (f == Finish::kError) {
+          out = error_of(500, c->error(), "server_error").body();
+        } else if (chat) {
+          ChatOutputSplitter split(split_reasoning, tools);
+          ChatDelta d = split.push(text);
+          std::vector<ToolCall> calls;
+          const ChatDelta tail = split.finish(&calls);
+          d.reasoning += tail.reasoning;
+          d.content += tail.content;
+          json message{{"role", "assistant"}, {"content", d.content}};
+          if (!d.reasoning.empty()) message["reasoning_content"] = d.reasoning;
+          if (!calls.empty()) {
+            while (!d.content.empty() && (d.content.back() == '\n' || d.content.back() == ' ')) d.content.pop_back();
+            message["content"] = d.content.empty() ? json(nullptr) : json(d.content);
+            message["tool_calls"] = tool_calls_json(calls, false);
+          }
+          out = chat_response(id, created, model, message, f, usage, lp);
+          if (!calls.empty() && f == Finish::kStop) out["choices"][0]["finish_reason"] = "tool_calls";
+        } else {
+          out = completion_response(id, created, model, text, f, usage, lp);
+        }
         const std::string s = to_text(out);
         if (!sink.write(s.data(), s.size())) return lost();
         sink.done();

@@ -23,6 +23,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;  // empty: no authentication
+  std::string reasoning_format = "none";  // default for requests: "none" | "auto" (split out reasoning_content)
   int http_threads = 0; // 0: max(64, 8 x parallel) (each open client connection holds one)
 };
 

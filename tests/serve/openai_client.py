@@ -163,6 +163,52 @@ lp = cl.choices[0].logprobs
 check("completions logprobs: legacy form", lp is not None and len(lp.tokens) == 8 and len(lp.token_logprobs) == 8
       and all(len(t) == 2 for t in lp.top_logprobs) and lp.text_offset[0] == 0, str(lp))
 
+# reasoning: with reasoning_format auto, text before </think> of the think block the template opens is
+# reasoning_content (this tiny model never closes the block, so all of it); with none, the answer as generated.
+ra = chat("Tell me a fortune.", extra_body={"reasoning_format": "auto"})
+ra_reasoning = (ra.choices[0].message.model_extra or {}).get("reasoning_content")
+check("reasoning_format auto: the open think block is reasoning_content",
+      ra_reasoning == text and not ra.choices[0].message.content, f"{ra_reasoning!r} / {ra.choices[0].message.content!r}")
+rs = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Tell me a fortune."}],
+                                    max_tokens=24, temperature=0, stream=True, extra_body={"reasoning_format": "auto"})
+rs_reasoning = "".join((c_.delta.model_extra or {}).get("reasoning_content", "") or "" for ch in rs for c_ in ch.choices)
+check("reasoning_format auto, streaming: reasoning_content deltas", rs_reasoning == text, repr(rs_reasoning))
+rn = chat("Tell me a fortune.", extra_body={"chat_template_kwargs": {"enable_thinking": False}, "reasoning_format": "auto"})
+check("a closed think block (enable_thinking false) leaves the answer as content", bool(rn.choices[0].message.content)
+      and not (rn.choices[0].message.model_extra or {}).get("reasoning_content"))
+
+# tools: definitions reach the template; a tool-call round trip (assistant tool_calls + tool result) is accepted
+weather = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                             "parameters": {"type": "object", "properties": {
+                                                 "city": {"type": "string"}}, "required": ["city"]}}}]
+plain = chat("What is the weather in Paris?")
+wt = chat("What is the weather in Paris?", tools=weather)
+check("tools: the definitions are in the prompt", wt.usage.prompt_tokens > plain.usage.prompt_tokens + 20,
+      f"{wt.usage.prompt_tokens} vs {plain.usage.prompt_tokens}")
+check("tools: answer is content or well-formed tool_calls", wt.choices[0].finish_reason in ("stop", "length", "tool_calls")
+      and (wt.choices[0].message.content is not None or wt.choices[0].message.tool_calls))
+wn = chat("What is the weather in Paris?", tools=weather, tool_choice="none")
+check("tool_choice none: the model is not told about tools", wn.usage.prompt_tokens == plain.usage.prompt_tokens)
+round_trip = [{"role": "user", "content": "What is the weather in Paris?"},
+              {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                  "name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
+              {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C"}]
+rt = client.chat.completions.create(model=MODEL, messages=round_trip, tools=weather, max_tokens=16, temperature=0)
+check("tools: a tool result is fed back through the template", rt.usage.prompt_tokens > wt.usage.prompt_tokens
+      and rt.choices[0].finish_reason in ("stop", "length", "tool_calls"))
+st, tj = raw("POST", "/tokenize", {"content": "<tool_response>\nSunny, 21 C\n</tool_response>"})
+check("/tokenize parses the tool response markup", st == 200 and len(tj["tokens"]) > 3)
+expect_error("tool_choice required (unsupported)", lambda: chat("hi", tools=weather, tool_choice="required"), 400,
+             "tool_choice")
+expect_error("tool call arguments not JSON", lambda: client.chat.completions.create(
+    model=MODEL, messages=[round_trip[0], {"role": "assistant", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": "{oops"}}]}, round_trip[2]],
+    max_tokens=4), 400, "messages[1].tool_calls[0].function.arguments")
+expect_error("malformed tools", lambda: chat("hi", tools=[{"type": "function", "function": {"description": "no name"}}]),
+             400, "tools[0].function.name")
+expect_error("reasoning_format bogus", lambda: chat("hi", extra_body={"reasoning_format": "bogus"}), 400,
+             "reasoning_format")
+
 # --- every error class
 st, j = raw("POST", "/v1/chat/completions", data=b'{"messages": [')
 check("error 400: malformed JSON", st == 400 and is_error_body(j), f"{st} {j}")
@@ -196,8 +242,6 @@ expect_error("top_logprobs without logprobs", lambda: chat("hi", top_logprobs=2)
 expect_error("top_logprobs 21", lambda: chat("hi", logprobs=True, top_logprobs=21), 400, "top_logprobs")
 expect_error("completions logprobs 6", lambda: client.completions.create(model=MODEL, prompt="hi", max_tokens=2,
                                                                          logprobs=6), 400, "logprobs")
-expect_error("tools (unsupported)", lambda: chat("hi", tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]),
-             400, "tools")
 expect_error("empty completion prompt", lambda: client.completions.create(model=MODEL, prompt="", max_tokens=4), 400, "prompt")
 expect_error("token id out of range", lambda: client.completions.create(model=MODEL, prompt=[1, 999999], max_tokens=4),
              400, "prompt")
