@@ -30,6 +30,7 @@ button{font:inherit;padding:.3em 1em}
 <label>Temperature <input id="temperature" type="number" step="0.1" min="0" max="2" value="0.7"></label>
 <label>Max tokens <input id="max_tokens" type="number" min="1" value="256"></label>
 <label>API key <input id="api_key" type="password"></label>
+<label><input id="thinking" type="checkbox" checked> Let the model think (if its template can)</label>
 <div>System prompt<textarea id="system"></textarea></div>
 </div>
 <div id="log"></div>
@@ -48,22 +49,20 @@ function md(s){
       .replace(/\*([^*\n]+)\*/g,"<i>$1</i>").replace(/\n/g,"<br>");
   }).join("");
 }
-function render(text){
-  let think = "", answer = text;
-  const o = text.indexOf("<think>");
-  if(o>=0){const c=text.indexOf("</think>",o);
-    think = c>=0?text.slice(o+7,c):text.slice(o+7); answer = text.slice(0,o)+(c>=0?text.slice(c+8):"");}
+// Reasoning (reasoning_content) is shown in a "thinking" block, open until the answer starts, then collapsed.
+function render(reasoning, answer){
   let h = "";
-  if(think.trim()) h += "<details class=\"think\"><summary>thinking</summary>"+md(think)+"</details>";
-  return h + md(answer);
+  if(reasoning.trim()) h += "<details class=\"think\""+(answer?"":" open")+"><summary>thinking</summary>"+
+    "<div class=\"reasoning\">"+md(reasoning)+"</div></details>";
+  return h + "<div class=\"answer\">"+md(answer)+"</div>";
 }
 function add(role, text){
-  const d = document.createElement("div"); d.className = "msg "+role; d.dataset.role = role; d.innerHTML = role==="user"?md(text):render(text);
+  const d = document.createElement("div"); d.className = "msg "+role; d.dataset.role = role; d.innerHTML = role==="user"?md(text):render("", text);
   $("log").appendChild(d); $("log").scrollTop = $("log").scrollHeight; return d;
 }
 async function send(text){
   history.push({role:"user",content:text}); add("user", text);
-  const out = add("assistant", ""); let answer = "";
+  const out = add("assistant", ""); let answer = "", reasoning = "";
   const msgs = ($("system").value.trim()?[{role:"system",content:$("system").value}]:[]).concat(history);
   const headers = {"Content-Type":"application/json"};
   if($("api_key").value) headers["Authorization"] = "Bearer "+$("api_key").value;
@@ -72,7 +71,8 @@ async function send(text){
   try{
     const r = await fetch("/v1/chat/completions",{method:"POST",headers,signal:controller.signal,
       body:JSON.stringify({messages:msgs,stream:true,temperature:+$("temperature").value,
-        max_tokens:+$("max_tokens").value,stream_options:{include_usage:true}})});
+        max_tokens:+$("max_tokens").value,stream_options:{include_usage:true},reasoning_format:"auto",
+        chat_template_kwargs:$("thinking").checked?{}:{enable_thinking:false}})});
     if(!r.ok){const e = await r.json().catch(()=>({error:{message:r.statusText}}));throw new Error(e.error.message);}
     const reader = r.body.getReader(), dec = new TextDecoder(); let buf = "";
     for(;;){
@@ -85,16 +85,17 @@ async function send(text){
         const j = JSON.parse(data);
         if(j.error) throw new Error(j.error.message);
         if(j.usage) n = j.usage.completion_tokens;
-        if(j.choices && j.choices.length && j.choices[0].delta.content){answer += j.choices[0].delta.content; out.innerHTML = render(answer);}
+        const d = j.choices && j.choices.length ? j.choices[0].delta : {};
+        if(d.reasoning_content || d.content){reasoning += d.reasoning_content||""; answer += d.content||""; out.innerHTML = render(reasoning, answer);}
         $("log").scrollTop = $("log").scrollHeight;
       }
     }
     $("stats").textContent = n+" tokens, "+(n/((performance.now()-t0)/1000)).toFixed(1)+" tok/s";
   }catch(e){
-    if(e.name==="AbortError"){out.innerHTML = render(answer)+" <i>[stopped]</i>";}
+    if(e.name==="AbortError"){out.innerHTML = render(reasoning, answer)+" <i>[stopped]</i>";}
     else{out.className = "msg error"; out.textContent = "error: "+e.message;}
   }
-  history.push({role:"assistant",content:answer.replace(/<think>[\s\S]*?<\/think>/g,"")});
+  history.push({role:"assistant",content:answer});
   controller = null; $("stop").disabled = true; $("send").disabled = false; out.dataset.done = "1";
 }
 $("form").onsubmit = e => {e.preventDefault(); const t = $("input").value.trim(); if(!t||controller) return; $("input").value=""; send(t);};

@@ -118,9 +118,12 @@ class Page:
 
 
 def api_chat(content, max_tokens):
+    """The API's greedy (reasoning, answer), as the page asks for them."""
     req = urllib.request.Request(BASE + "/v1/chat/completions", method="POST", data=json.dumps(
-        {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0}).encode())
-    return json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["message"]["content"]
+        {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0,
+         "reasoning_format": "auto"}).encode())
+    m = json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["message"]
+    return m.get("reasoning_content") or "", m.get("content") or ""
 
 
 def metric(name):
@@ -149,12 +152,16 @@ try:
     check("page loads with its form", page.wait_for("document.readyState === 'complete' && !!document.getElementById('send')", 30))
     check("page shows the model name", page.wait_for("document.getElementById('model').textContent.includes('tern-tiny')", 10))
     page.eval("document.getElementById('input').value = 'Tell me a fortune.'; document.getElementById('send').click(); 1")
-    got = page.wait_for("(() => { const d = document.querySelector('[data-role=assistant][data-done]');"
-                        " return d ? d.textContent : null; })()")
+    got = page.wait_for("(() => { const d = document.querySelector('[data-role=assistant][data-done]'); if (!d) return null;"
+                        " const r = d.querySelector('.reasoning'), a = d.querySelector('.answer');"
+                        " return [r ? r.textContent : '', a ? a.textContent : '']; })()")
     want = api_chat("Tell me a fortune.", 24)
     norm = lambda s: re.sub(r"[\n*`]", "", s or "")
-    check("a message sent from the page streams the API's greedy answer", got and norm(got) == norm(want),
-          f"{got!r} vs {want!r}")
+    check("a message sent from the page streams the API's greedy answer (thinking and answer)",
+          got and [norm(x) for x in got] == [norm(x) for x in want] and "".join(want), f"{got!r} vs {want!r}")
+    if want[0]:
+        check("thinking is shown in a collapsible block", page.eval(
+            "!!document.querySelector('[data-role=assistant] details.think summary')"))
     check("the user's message is shown", page.eval("document.querySelector('[data-role=user]').textContent") ==
           "Tell me a fortune.")
 
