@@ -246,7 +246,11 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
     const json& rf = b["response_format"];
     if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
       bad_value("response_format", "expected an object with a 'type'");
-    if (rf["type"] != "text") unsupported("response_format", "response_format '" + rf["type"].get<std::string>() + "'");
+    const std::string type = rf["type"].get<std::string>();
+    if (type == "json_object") p.gen.json_object = true;
+    else if (type == "json_schema")
+      unsupported("response_format", "response_format 'json_schema' (only 'json_object' is enforced so far)");
+    else if (type != "text") bad_value("response_format", "'" + type + "' is not one of text, json_object, json_schema");
   }
   json extra = nullptr;
   if (present(b, "chat_template_kwargs")) {

@@ -67,6 +67,7 @@ struct Scheduler::Job {
   bool done = false;
   bool fresh = false;     // just got a sequence; start() has not run
   std::vector<int64_t> points;  // prompt positions to snapshot at (ends of messages, end of prompt), ascending
+  std::unique_ptr<JsonConstraint> json;  // response_format json_object
   bool prefilling() const { return n_fed < static_cast<int64_t>(req.prompt.size()); }
 };
 
@@ -77,6 +78,13 @@ Scheduler::Scheduler(runtime::Engine& engine, const text::Tokenizer& tok, const 
   if (o_.batch < 1) fail("--batch must be >= 1 (got %d)", o_.batch);
   if (o_.max_queue < 0) fail("--max-queue must be >= 0 (got %d)", o_.max_queue);
   eog_ = runtime::end_of_generation_ids(tok);
+  const int32_t V = tok.n_vocab();
+  token_bytes_.resize(static_cast<size_t>(V));
+  special_.resize(static_cast<size_t>(V));
+  for (int32_t id = 0; id < V; ++id) {
+    token_bytes_[id] = tok.token_bytes(id);
+    special_[id] = tok.token_type(id) == text::TokenType::kControl || tok.token_type(id) == text::TokenType::kUnused;
+  }
   slots_.resize(o_.parallel);
   for (int i = 0; i < o_.parallel; ++i)
     states_.push_back(std::make_unique<SequenceState>(engine.config(), n_ctx_, engine.kv_type()));
@@ -111,6 +119,7 @@ std::shared_ptr<Completion> Scheduler::submit(GenRequest r) {
              static_cast<long long>(n_ctx_)),
         false);
   auto job = std::make_unique<Job>(std::move(r), tok_);  // validates the sampling parameters
+  if (job->req.json_object) job->json = std::make_unique<JsonConstraint>(token_bytes_, special_);
   for (int32_t t : job->req.prompt) job->sampler.accept(t);
   // Snapshot points: after every end-of-turn token (the end of a message) and at the end of the prompt.
   for (int64_t i = 0; i < n; ++i)
@@ -273,7 +282,13 @@ void Scheduler::step(std::vector<Job*>& jobs) {
     const float* row = logits->data() + static_cast<int64_t>(i) * V;
     int32_t tok;
     try {
+      if (j.json) {  // only tokens that keep the answer a JSON-object prefix
+        masked_.assign(row, row + V);
+        if (!j.json->mask(masked_.data(), V)) fail("constrained decoding: no token can continue the JSON answer");
+        row = masked_.data();
+      }
       tok = j.sampler.sample(row, V);
+      if (j.json && std::isinf(row[tok])) tok = runtime::argmax(row, V);  // never a masked token
     } catch (const std::exception& e) {
       finish(j, Finish::kError, e.what());
       continue;
@@ -332,6 +347,13 @@ bool Scheduler::after_token(Job& j, int32_t tok, const float* logits) {
   }
   bool stopped = false;
   std::string piece = j.text.push(tok, &stopped);
+  if (j.json) j.json->accept(tok);
+  if (!stopped && j.json && j.json->done()) {  // the object is complete: that is the whole answer
+    snapshot_answer(j);
+    j.c->post(piece + j.text.finish(), Finish::kStop);
+    j.done = true;
+    return false;
+  }
   if (stopped) {
     snapshot_answer(j);
     j.c->post(piece, Finish::kStop);

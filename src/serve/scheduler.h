@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
+#include "serve/json_constraint.h"
 #include "serve/prefix_cache.h"
 #include "serve/text_stream.h"
 #include "text/tokenizer.h"
@@ -41,6 +42,7 @@ struct GenRequest {
   int max_tokens = -1;              // < 0: until end of generation or the context is full
   std::vector<std::string> stop;    // stop strings (excluded from the text)
   bool ignore_eos = false;
+  bool json_object = false;         // constrain the answer to one JSON object (ends when it closes)
 };
 
 // Log-probability of a generated token under the model (log-softmax of its logits, before sampling filters), and
@@ -129,6 +131,9 @@ class Scheduler {
   SchedulerOptions o_;
   int64_t n_ctx_;
   std::vector<int32_t> eog_;  // sorted end-of-generation ids
+  std::vector<std::string> token_bytes_;  // [n_vocab], for constrained decoding
+  std::vector<bool> special_;             // [n_vocab] control tokens (never inside constrained output)
+  std::vector<float> masked_;             // scratch row for constrained sampling
 
   mutable std::mutex m_;
   std::condition_variable cv_;
