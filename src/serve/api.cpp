@@ -1,5 +1,6 @@
 #include "serve/api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -226,13 +227,29 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
     }
     if (!b["tools"].empty()) tools = b["tools"];
   }
+  // tool_choice "required" / a named function: the answer is made to start a tool call (of that function) by
+  // appending the opening of the call to the prompt; the server puts it back in front of the answer.
+  bool force_call = false;
+  std::string forced_name;
   if (present(b, "tool_choice")) {
     const json& tc = b["tool_choice"];
-    if (tc == "none") tools = nullptr;  // the model is not told about the tools
-    else if (tc == "auto") {}
-    else if (tc == "required" || tc.is_object())
-      unsupported("tool_choice", "tool_choice 'required' or a named function (it needs constrained decoding)");
-    else bad_value("tool_choice", "expected \"none\", \"auto\", \"required\" or an object");
+    if (tc == "none") {
+      tools = nullptr;  // the model is not told about the tools
+    } else if (tc == "auto") {
+    } else if (tc == "required" || tc.is_object()) {
+      if (tools.is_null()) bad_value("tool_choice", "needs 'tools'");
+      force_call = true;
+      if (tc.is_object()) {
+        if (!tc.contains("function") || !tc["function"].is_object() || !tc["function"].contains("name") ||
+            !tc["function"]["name"].is_string())
+          bad_value("tool_choice", "expected {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        forced_name = tc["function"]["name"].get<std::string>();
+        if (std::none_of(tools.begin(), tools.end(), [&](const json& t) { return t["function"]["name"] == forced_name; }))
+          bad_value("tool_choice", "'" + forced_name + "' is not one of the tools");
+      }
+    } else {
+      bad_value("tool_choice", "expected \"none\", \"auto\", \"required\" or an object");
+    }
   }
   p.tools = tools;
   std::string reasoning_format = ctx.reasoning_format;
@@ -265,7 +282,16 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
   }
   // A think block the prompt leaves open is the answer's reasoning, up to </think>.
   const size_t open = rendered.rfind("<think>"), close = rendered.rfind("</think>");
-  p.split_reasoning = reasoning_format == "auto" && open != std::string::npos && (close == std::string::npos || close < open);
+  const bool think_open = open != std::string::npos && (close == std::string::npos || close < open);
+  // A forced call closes the think block itself; that text is not part of the answer's content.
+  p.split_reasoning = (reasoning_format == "auto" || force_call) && think_open;
+  if (force_call) {
+    p.forced_text = std::string(think_open ? "\n</think>\n\n" : "") + "<tool_call>\n<function=" +
+                    (forced_name.empty() ? "" : forced_name + ">\n");
+    rendered += p.forced_text;
+    if (forced_name.empty())  // "required": the name must be one of the tools
+      for (const json& t : tools) p.gen.choice.push_back(t["function"]["name"].get<std::string>() + ">\n");
+  }
   p.gen.prompt = encode_prompt(ctx, rendered);
   check_fits(p, ctx, "messages");
   return p;

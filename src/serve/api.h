@@ -49,6 +49,7 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool split_reasoning = false;  // chat: text before </think> goes to reasoning_content
   json tools = nullptr;          // chat: tool definitions whose calls are parsed from the answer (null: none)
+  std::string forced_text;       // chat: appended to the prompt to start a tool call; belongs in front of the answer
 };
 
 json parse_json_body(const std::string& body);  // 400 on malformed JSON or a non-object

@@ -1,5 +1,6 @@
 #include "serve/json_constraint.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tern::serve {
@@ -180,15 +181,12 @@ bool JsonPrefix::feed(char ch) {
   return false;
 }
 
-bool JsonConstraint::mask(float* logits, int64_t n_vocab) const {
+bool TokenConstraint::mask(float* logits, int64_t n_vocab) const {
   std::vector<int32_t> banned;
   bool any = false;
   for (int64_t id = 0; id < n_vocab; ++id) {
-    bool ok = id < static_cast<int64_t>(bytes_.size()) && !special_[id] && !bytes_[id].empty();
-    if (ok) {
-      JsonPrefix s = state_;
-      ok = s.feed(bytes_[id]);
-    }
+    const bool ok = id < static_cast<int64_t>(bytes_.size()) && !special_[id] && !bytes_[id].empty() &&
+                    allows(bytes_[id]);
     if (ok) any = true;
     else banned.push_back(static_cast<int32_t>(id));
   }
@@ -197,8 +195,28 @@ bool JsonConstraint::mask(float* logits, int64_t n_vocab) const {
   return true;
 }
 
+bool JsonConstraint::allows(const std::string& bytes) const {
+  JsonPrefix s = state_;
+  return s.feed(bytes);
+}
+
 void JsonConstraint::accept(int32_t token) {
   if (token >= 0 && token < static_cast<int32_t>(bytes_.size())) state_.feed(bytes_[token]);
+}
+
+// A token fits when what has been generated plus its bytes is still a prefix of (or exactly) some option.
+bool ChoiceConstraint::allows(const std::string& bytes) const {
+  const std::string next = so_far_ + bytes;
+  return std::any_of(options_.begin(), options_.end(),
+                     [&](const std::string& o) { return o.compare(0, next.size(), next) == 0 && next.size() <= o.size(); });
+}
+
+void ChoiceConstraint::accept(int32_t token) {
+  if (token >= 0 && token < static_cast<int32_t>(bytes_.size())) so_far_ += bytes_[token];
+}
+
+bool ChoiceConstraint::done() const {
+  return std::any_of(options_.begin(), options_.end(), [&](const std::string& o) { return o == so_far_; });
 }
 
 }  // namespace tern::serve

@@ -53,20 +53,51 @@ class JsonPrefix {
 };
 
 // Per-request token filter: which tokens may come next, given what has been generated.
-class JsonConstraint {
+class TokenConstraint {
  public:
   // token_bytes: [n_vocab] bytes of every token; special: [n_vocab] tokens never allowed (control tokens).
-  JsonConstraint(const std::vector<std::string>& token_bytes, const std::vector<bool>& special)
+  TokenConstraint(const std::vector<std::string>& token_bytes, const std::vector<bool>& special)
       : bytes_(token_bytes), special_(special) {}
+  virtual ~TokenConstraint() = default;
   // Sets logits of tokens that cannot come next to -inf. Returns false when no token can (then nothing changes).
   bool mask(float* logits, int64_t n_vocab) const;
-  void accept(int32_t token);
-  bool done() const { return state_.done(); }
+  virtual void accept(int32_t token) = 0;
+  virtual bool done() const = 0;
+  virtual bool ends_answer() const = 0;  // true: the answer ends when done(); false: generation goes on freely
 
- private:
+ protected:
+  virtual bool allows(const std::string& bytes) const = 0;
   const std::vector<std::string>& bytes_;
   const std::vector<bool>& special_;
+};
+
+// response_format json_object.
+class JsonConstraint : public TokenConstraint {
+ public:
+  using TokenConstraint::TokenConstraint;
+  void accept(int32_t token) override;
+  bool done() const override { return state_.done(); }
+  bool ends_answer() const override { return true; }
+
+ private:
+  bool allows(const std::string& bytes) const override;
   JsonPrefix state_;
+};
+
+// Exactly one of a few strings comes next (tool_choice "required": one of the tool names), then anything.
+class ChoiceConstraint : public TokenConstraint {
+ public:
+  ChoiceConstraint(const std::vector<std::string>& token_bytes, const std::vector<bool>& special,
+                   std::vector<std::string> options)
+      : TokenConstraint(token_bytes, special), options_(std::move(options)) {}
+  void accept(int32_t token) override;
+  bool done() const override;
+  bool ends_answer() const override { return false; }
+
+ private:
+  bool allows(const std::string& bytes) const override;
+  std::vector<std::string> options_;
+  std::string so_far_;
 };
 
 }  // namespace tern::serve

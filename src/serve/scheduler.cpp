@@ -67,7 +67,7 @@ struct Scheduler::Job {
   bool done = false;
   bool fresh = false;     // just got a sequence; start() has not run
   std::vector<int64_t> points;  // prompt positions to snapshot at (ends of messages, end of prompt), ascending
-  std::unique_ptr<JsonConstraint> json;  // response_format json_object
+  std::unique_ptr<TokenConstraint> json;  // constrained decoding (json_object, a forced choice); null: free
   bool prefilling() const { return n_fed < static_cast<int64_t>(req.prompt.size()); }
 };
 
@@ -119,7 +119,10 @@ std::shared_ptr<Completion> Scheduler::submit(GenRequest r) {
              static_cast<long long>(n_ctx_)),
         false);
   auto job = std::make_unique<Job>(std::move(r), tok_);  // validates the sampling parameters
+  if (job->req.json_object && !job->req.choice.empty())
+    throw AdmissionError("a request cannot be constrained to JSON and to a choice at once", false);
   if (job->req.json_object) job->json = std::make_unique<JsonConstraint>(token_bytes_, special_);
+  if (!job->req.choice.empty()) job->json = std::make_unique<ChoiceConstraint>(token_bytes_, special_, job->req.choice);
   for (int32_t t : job->req.prompt) job->sampler.accept(t);
   // Snapshot points: after every end-of-turn token (the end of a message) and at the end of the prompt.
   for (int64_t i = 0; i < n; ++i)
@@ -348,11 +351,14 @@ bool Scheduler::after_token(Job& j, int32_t tok, const float* logits) {
   bool stopped = false;
   std::string piece = j.text.push(tok, &stopped);
   if (j.json) j.json->accept(tok);
-  if (!stopped && j.json && j.json->done()) {  // the object is complete: that is the whole answer
-    snapshot_answer(j);
-    j.c->post(piece + j.text.finish(), Finish::kStop);
-    j.done = true;
-    return false;
+  if (!stopped && j.json && j.json->done()) {
+    if (j.json->ends_answer()) {  // the JSON object is complete: that is the whole answer
+      snapshot_answer(j);
+      j.c->post(piece + j.text.finish(), Finish::kStop);
+      j.done = true;
+      return false;
+    }
+    j.json.reset();  // the forced part is over; the rest is free
   }
   if (stopped) {
     snapshot_answer(j);

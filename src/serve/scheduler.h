@@ -43,6 +43,7 @@ struct GenRequest {
   std::vector<std::string> stop;    // stop strings (excluded from the text)
   bool ignore_eos = false;
   bool json_object = false;         // constrain the answer to one JSON object (ends when it closes)
+  std::vector<std::string> choice;  // non-empty: the answer starts with exactly one of these strings
 };
 
 // Log-probability of a generated token under the model (log-softmax of its logits, before sampling filters), and

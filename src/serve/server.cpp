@@ -243,6 +243,7 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
   const text::Tokenizer* tokp = &tok_;
   const bool split_reasoning = p.split_reasoning;
   const json tools = p.tools;
+  const std::string forced = p.forced_text;
   auto delta_json = [](const ChatDelta& d) {
     json j = json::object();
     if (!d.reasoning.empty()) j["reasoning_content"] = d.reasoning;
@@ -269,6 +270,11 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
           auto last = clock::now();
           size_t text_offset = 0;
           ChatOutputSplitter split(split_reasoning, tools);
+          if (chat && !forced.empty()) {
+            ChatDelta cd = split.push(forced);
+            cd.reasoning.clear();  // the forced text closes an empty think block: nothing to show
+            if (!cd.empty() && !send(chat_chunk(id, created, model, delta_json(cd), Finish::kNone))) return lost();
+          }
           for (;;) {
             std::string text;
             std::vector<TokenLogprob> lps;
@@ -344,7 +350,11 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
           out = error_of(500, c->error(), "server_error").body();
         } else if (chat) {
           ChatOutputSplitter split(split_reasoning, tools);
-          ChatDelta d = split.push(text);
+          ChatDelta d = split.push(forced);
+          d.reasoning.clear();  // the forced text closes an empty think block: nothing to show
+          const ChatDelta rest = split.push(text);
+          d.reasoning += rest.reasoning;
+          d.content += rest.content;
           std::vector<ToolCall> calls;
           const ChatDelta tail = split.finish(&calls);
           d.reasoning += tail.reasoning;

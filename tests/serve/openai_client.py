@@ -198,8 +198,38 @@ check("tools: a tool result is fed back through the template", rt.usage.prompt_t
       and rt.choices[0].finish_reason in ("stop", "length", "tool_calls"))
 st, tj = raw("POST", "/tokenize", {"content": "<tool_response>\nSunny, 21 C\n</tool_response>"})
 check("/tokenize parses the tool response markup", st == 200 and len(tj["tokens"]) > 3)
-expect_error("tool_choice required (unsupported)", lambda: chat("hi", tools=weather, tool_choice="required"), 400,
-             "tool_choice")
+# tool_choice "required" / named: the answer is a tool call (its name constrained to the tools); a full round trip
+tools2 = weather + [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
+req_call = chat("What is the weather in Paris?", tools=tools2, tool_choice="required", max_tokens=40)
+calls = req_call.choices[0].message.tool_calls or []
+check("tool_choice required: a call of one of the tools", len(calls) >= 1 and calls[0].function.name in
+      ("get_weather", "get_time") and isinstance(json.loads(calls[0].function.arguments), dict)
+      and calls[0].id and calls[0].type == "function", str(req_call.choices[0]))
+named = chat("What is the weather in Paris?", tools=tools2, max_tokens=40,
+             tool_choice={"type": "function", "function": {"name": "get_weather"}})
+ncalls = named.choices[0].message.tool_calls or []
+check("tool_choice named: a call of that function", len(ncalls) >= 1 and ncalls[0].function.name == "get_weather"
+      and isinstance(json.loads(ncalls[0].function.arguments), dict), str(named.choices[0]))
+check("tool call: finish_reason tool_calls", named.choices[0].finish_reason in ("tool_calls", "length"),
+      named.choices[0].finish_reason)
+sc = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+                                    tools=tools2, tool_choice="required", max_tokens=40, temperature=0, stream=True)
+stream_calls, stream_finish = [], None
+for ch in sc:
+    for c_ in ch.choices:
+        stream_calls += c_.delta.tool_calls or []
+        stream_finish = c_.finish_reason or stream_finish
+check("streaming tool call == plain", [(c_.function.name, c_.function.arguments) for c_ in stream_calls] ==
+      [(c_.function.name, c_.function.arguments) for c_ in calls] and stream_finish == req_call.choices[0].finish_reason)
+conv2 = [{"role": "user", "content": "What is the weather in Paris?"},
+         named.choices[0].message.model_dump(exclude_none=True),
+         {"role": "tool", "tool_call_id": ncalls[0].id if ncalls else "x", "content": "Sunny, 21 C"}]
+back = client.chat.completions.create(model=MODEL, messages=conv2, tools=tools2, max_tokens=16, temperature=0)
+check("tool round trip: the call and its result go back through the template and get an answer",
+      back.choices[0].finish_reason in ("stop", "length", "tool_calls") and back.usage.prompt_tokens > named.usage.prompt_tokens)
+expect_error("tool_choice naming an unknown function", lambda: chat("hi", tools=weather, tool_choice={
+    "type": "function", "function": {"name": "nope"}}), 400, "tool_choice")
+expect_error("tool_choice required without tools", lambda: chat("hi", tool_choice="required"), 400, "tool_choice")
 expect_error("tool call arguments not JSON", lambda: client.chat.completions.create(
     model=MODEL, messages=[round_trip[0], {"role": "assistant", "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": "{oops"}}]}, round_trip[2]],

@@ -81,3 +81,26 @@ TEST(JsonConstraint, ScheduledAnswersAreJsonObjects) {
   }
   std::printf("json_object: %d of 6 answers closed their object within 96 tokens\n", complete);
 }
+
+TEST(ChoiceConstraint, OneOfTheOptionsThenFree) {
+  const std::vector<std::string> bytes = {"get", "_weather", "_time", ">\n", ">\nx", "x", "", "<|im_end|>"};
+  const std::vector<bool> special = {false, false, false, false, false, false, false, true};
+  ChoiceConstraint c(bytes, special, {"get_weather>\n", "get_time>\n"});
+  auto allowed = [&] {
+    std::vector<float> l(bytes.size(), 0.0f);
+    EXPECT_TRUE(c.mask(l.data(), static_cast<int64_t>(l.size())));
+    std::vector<int> ok;
+    for (size_t i = 0; i < l.size(); ++i)
+      if (l[i] == 0.0f) ok.push_back(static_cast<int>(i));
+    return ok;
+  };
+  EXPECT_EQ(allowed(), (std::vector<int>{0}));
+  c.accept(0);
+  EXPECT_EQ(allowed(), (std::vector<int>{1, 2}));
+  c.accept(2);
+  EXPECT_FALSE(c.done());
+  EXPECT_EQ(allowed(), (std::vector<int>{3}));  // ">\nx" would run past the option
+  c.accept(3);
+  EXPECT_TRUE(c.done());
+  EXPECT_FALSE(c.ends_answer());
+}
