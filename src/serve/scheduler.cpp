@@ -85,6 +85,7 @@ Scheduler::Scheduler(runtime::Engine& engine, const text::Tokenizer& tok, const 
     token_bytes_[id] = tok.token_bytes(id);
     special_[id] = tok.token_type(id) == text::TokenType::kControl || tok.token_type(id) == text::TokenType::kUnused;
   }
+  stats_.cache = cache_.stats();
   slots_.resize(o_.parallel);
   for (int i = 0; i < o_.parallel; ++i)
     states_.push_back(std::make_unique<SequenceState>(engine.config(), n_ctx_, engine.kv_type()));

@@ -73,8 +73,9 @@ void Server::run() {
   } else if (!http_->bind_to_port(o_.host, port)) {
     fail("cannot listen on %s:%d (is the port in use, or the address not local?)", o_.host.c_str(), port);
   }
-  log::info("serving '%s' on http://%s:%d (%d sequences of %lld tokens%s)", model_.id.c_str(), o_.host.c_str(), port,
-            sched_.parallel(), static_cast<long long>(model_.n_ctx), o_.api_key.empty() ? "" : ", API key required");
+  log::info("serving '%s' on http://%s:%d (%d sequences of %lld tokens, prefix cache %zu MiB%s)", model_.id.c_str(),
+            o_.host.c_str(), port, sched_.parallel(), static_cast<long long>(model_.n_ctx),
+            sched_.stats().cache.budget >> 20, o_.api_key.empty() ? "" : ", API key required");
   http_->listen_after_bind();
 }
 
