@@ -32,14 +32,28 @@ def stream(base, prompt, n_tokens):
     return n, t_first
 
 
+def metric(base, name):
+    """A tern /metrics counter (None on servers without it)."""
+    try:
+        for line in urllib.request.urlopen(base + "/metrics", timeout=10).read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
 def level(base, n_clients, n_tokens):
+    busy0 = metric(base, "tern_forward_seconds_total")
     t0 = time.time()
     with concurrent.futures.ThreadPoolExecutor(n_clients) as ex:
         res = list(ex.map(lambda i: stream(base, f"Tell me about the number {i}.", n_tokens), range(n_clients)))
     wall = time.time() - t0
     tokens = sum(n for n, _ in res)
     ttft = sorted(t - t0 for _, t in res if t)
-    return tokens / wall, tokens, wall, ttft[len(ttft) // 2] if ttft else float("nan")
+    busy1 = metric(base, "tern_forward_seconds_total")
+    busy = busy1 - busy0 if busy0 is not None and busy1 is not None else float("nan")
+    return tokens / wall, tokens, wall, ttft[len(ttft) // 2] if ttft else float("nan"), busy
 
 
 def main():
@@ -50,13 +64,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
     level(a.base, 1, 8)  # warm-up
-    print("| concurrent | aggregate tok/s | per-stream tok/s | x single | median TTFT s |")
-    print("|---|---|---|---|---|")
+    print("| concurrent | aggregate tok/s | per-stream tok/s | x single | median TTFT s | forward busy s / wall s |")
+    print("|---|---|---|---|---|---|")
     single = None
     for n in [int(x) for x in a.levels.split(",")]:
         best = max((level(a.base, n, a.tokens) for _ in range(a.rounds)), key=lambda r: r[0])
         single = single or best[0]
-        print(f"| {n} | {best[0]:.1f} | {best[0] / n:.1f} | {best[0] / single:.2f} | {best[3]:.2f} |", flush=True)
+        print(f"| {n} | {best[0]:.1f} | {best[0] / n:.1f} | {best[0] / single:.2f} | {best[3]:.2f} | "
+              f"{best[4]:.1f} / {best[2]:.1f} |", flush=True)
 
 
 if __name__ == "__main__":
