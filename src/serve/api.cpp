@@ -264,10 +264,16 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
     if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
       bad_value("response_format", "expected an object with a 'type'");
     const std::string type = rf["type"].get<std::string>();
-    if (type == "json_object") p.gen.json_object = true;
-    else if (type == "json_schema")
-      unsupported("response_format", "response_format 'json_schema' (only 'json_object' is enforced so far)");
-    else if (type != "text") bad_value("response_format", "'" + type + "' is not one of text, json_object, json_schema");
+    if (type == "json_object") {
+      p.gen.json_object = true;
+    } else if (type == "json_schema") {
+      if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema"))
+        bad_value("response_format", "json_schema needs {\"json_schema\": {\"name\", \"schema\"}}");
+      const std::string why = check_schema(rf["json_schema"]["schema"]);
+      if (!why.empty()) api_fail(400, "response_format", "unsupported_parameter", "json_schema: " + why);
+      p.gen.json_object = true;
+      p.gen.json_schema = rf["json_schema"]["schema"];
+    } else if (type != "text") bad_value("response_format", "'" + type + "' is not one of text, json_object, json_schema");
   }
   json extra = nullptr;
   if (present(b, "chat_template_kwargs")) {

@@ -122,7 +122,13 @@ std::shared_ptr<Completion> Scheduler::submit(GenRequest r) {
   auto job = std::make_unique<Job>(std::move(r), tok_);  // validates the sampling parameters
   if (job->req.json_object && !job->req.choice.empty())
     throw AdmissionError("a request cannot be constrained to JSON and to a choice at once", false);
-  if (job->req.json_object) job->json = std::make_unique<JsonConstraint>(token_bytes_, special_);
+  if (job->req.json_object) {
+    if (!job->req.json_schema.is_null()) {
+      const std::string why = check_schema(job->req.json_schema);
+      if (!why.empty()) throw AdmissionError(why, false);
+    }
+    job->json = std::make_unique<JsonConstraint>(token_bytes_, special_, job->req.json_schema);
+  }
   if (!job->req.choice.empty()) job->json = std::make_unique<ChoiceConstraint>(token_bytes_, special_, job->req.choice);
   for (int32_t t : job->req.prompt) job->sampler.accept(t);
   // Snapshot points: after every end-of-turn token (the end of a message) and at the end of the prompt.

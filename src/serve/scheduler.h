@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
@@ -43,6 +45,7 @@ struct GenRequest {
   std::vector<std::string> stop;    // stop strings (excluded from the text)
   bool ignore_eos = false;
   bool json_object = false;         // constrain the answer to one JSON object (ends when it closes)
+  nlohmann::ordered_json json_schema;  // with json_object: the object's schema (null: any object)
   std::vector<std::string> choice;  // non-empty: the answer starts with exactly one of these strings
 };
 

@@ -246,8 +246,23 @@ if jo.choices[0].finish_reason == "stop":
     check("json_object: a complete answer parses as an object", isinstance(json.loads(jt), dict), repr(jt))
 else:
     check("json_object: a cut answer is the start of an object", jt.lstrip().startswith("{") and "\n" * 20 not in jt, repr(jt))
-expect_error("json_schema (not enforced yet)", lambda: chat("hi", response_format={
-    "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}), 400, "response_format")
+schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}},
+          "required": ["ok", "n"], "additionalProperties": False}
+for seed in (1, 2):
+    js = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Answer in JSON."}],
+                                        max_tokens=200, temperature=1, seed=seed, response_format={
+                                            "type": "json_schema", "json_schema": {"name": "answer", "schema": schema,
+                                                                                   "strict": True}})
+    try:
+        obj = json.loads(js.choices[0].message.content)
+    except ValueError:
+        obj = None
+    check(f"json_schema: the answer conforms (seed {seed})", js.choices[0].finish_reason == "stop" and obj is not None
+          and set(obj) == {"ok", "n"} and isinstance(obj["ok"], bool) and obj["n"] in (1, 2, 3),
+          repr(js.choices[0].message.content))
+expect_error("json_schema with an unsupported keyword", lambda: chat("hi", response_format={
+    "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {
+        "a": {"type": "string", "pattern": "^x"}}}}}), 400, "response_format")
 
 # --- every error class
 st, j = raw("POST", "/v1/chat/completions", data=b'{"messages": [')

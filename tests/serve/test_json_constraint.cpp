@@ -104,3 +104,75 @@ TEST(ChoiceConstraint, OneOfTheOptionsThenFree) {
   EXPECT_TRUE(c.done());
   EXPECT_FALSE(c.ends_answer());
 }
+
+namespace {
+const nlohmann::ordered_json kPerson = nlohmann::ordered_json::parse(R"({"type": "object", "properties": {
+  "name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}},
+  "color": {"enum": ["red", "green", 7]}, "ratio": {"type": ["number", "null"]}}, "required": ["name", "age"]})");
+
+bool schema_accepts(const std::string& s, bool* done = nullptr) {
+  JsonPrefix p(&kPerson);
+  const bool ok = p.feed(s);
+  if (done) *done = ok && p.done();
+  return ok;
+}
+}  // namespace
+
+TEST(JsonSchema, Conforming) {
+  for (const char* s : {R"({"name": "x", "age": 3})", R"({"age": -3, "name": "\u00e9", "color": "red", "tags": ["a", "b"]})",
+                        R"({"name":"","age":0,"color":7,"ratio":null})", R"({"name":"a","age":1,"ratio":2.5e3,"tags":[]})"}) {
+    bool done = false;
+    EXPECT_TRUE(schema_accepts(s, &done)) << s;
+    EXPECT_TRUE(done) << s;
+    const std::string full = s;
+    for (size_t n = 0; n < full.size(); ++n) EXPECT_TRUE(schema_accepts(full.substr(0, n))) << full.substr(0, n);
+  }
+}
+
+TEST(JsonSchema, Violations) {
+  for (const char* s : {R"({"name": "x"})", R"({})", R"({"nam")", R"({"x")", R"({"age": 3.5)", R"({"age": 1e3)",
+                        R"({"name": 1)", R"({"color": "blue")", R"({"color": 8)", R"({"age": 1, "age")",
+                        R"({"tags": [1)", R"({"tags": {)", R"({"ratio": "a")", R"({"name": "a", "age": 1, "tags": ["x"], )"
+                        R"("color": "red", "ratio": 1,)"}) {
+    EXPECT_FALSE(schema_accepts(s)) << s;
+  }
+}
+
+TEST(JsonSchema, CheckSchema) {
+  EXPECT_EQ(check_schema(kPerson), "");
+  EXPECT_NE(check_schema(nlohmann::ordered_json::parse(R"({"type": "object", "anyOf": []})")).find("anyOf"), std::string::npos);
+  EXPECT_NE(check_schema(nlohmann::ordered_json::parse(R"({"type": "array"})")), "");
+  EXPECT_NE(check_schema(nlohmann::ordered_json::parse(R"({"type": "object", "required": ["a"]})")), "");
+  EXPECT_NE(check_schema(nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"a": {"type": "date"}}})")), "");
+  EXPECT_NE(check_schema(nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"a": {"pattern": "x"}}})")), "");
+}
+
+// With a small schema even the tiny model's answers complete, and conform.
+TEST(JsonSchema, ScheduledAnswersConform) {
+  runtime::EngineOptions o;
+  o.model_path = TERN_FIXTURES_DIR "/../../models/tern-tiny-q35moe.gguf";
+  o.n_ctx = 256;
+  o.threads = 1;
+  runtime::Engine engine(o);
+  text::Tokenizer tok(text::tokenizer_data_from_gguf(*engine.model().file));
+  Scheduler s(engine, tok, SchedulerOptions{});
+  const auto schema = nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}}, "required": ["ok", "n"]})");
+  for (int seed = 0; seed < 4; ++seed) {
+    GenRequest r;
+    r.prompt = tok.encode("<|im_start|>user\nAnswer in JSON.<|im_end|>\n<|im_start|>assistant\n", true);
+    r.max_tokens = 200;  // this model likes whitespace: up to kMaxWhitespace tokens between JSON tokens
+    r.json_object = true;
+    r.json_schema = schema;
+    r.sampling.temperature = seed == 0 ? 0.0f : 1.0f;
+    r.sampling.seed = seed;
+    auto c = s.submit(r);
+    std::string text;
+    while (!c->wait(&text, std::chrono::milliseconds(200))) {}
+    ASSERT_EQ(c->finish(), Finish::kStop) << text;
+    const auto j = nlohmann::json::parse(text);
+    EXPECT_TRUE(j["ok"].is_boolean()) << text;
+    EXPECT_TRUE(j["n"] == 1 || j["n"] == 2 || j["n"] == 3) << text;
+    EXPECT_EQ(j.size(), 2u) << text;
+  }
+}
