@@ -1,6 +1,7 @@
 #include "serve/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -58,6 +59,12 @@ Server::Server(const ServerOptions& o, Scheduler& sched, const text::Tokenizer& 
   }
   http_->new_task_queue = [n] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
   http_->set_payload_max_length(size_t{32} << 20);
+  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second server bind the same port
+  // and silently take half of its connections.
+  http_->set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   routes();
 }
 

@@ -32,6 +32,11 @@ sys.exit(1)
 PY
 python3 "$TESTS/serve/openai_client.py" "http://127.0.0.1:$PORT" "$KEY" tern-tiny-q35moe "$pid"
 rc=$?
+# A second server on the same port must fail (no silent SO_REUSEPORT sharing).
+timeout 60 "$TERN" serve -m "$MODEL" --port "$PORT" -c 64 -t 1 2>"$tmp/second.log"
+second=$?
+if [ $second -eq 1 ] && grep -q "^tern: error: cannot listen" "$tmp/second.log"; then echo "ok: a second server on the port is refused"
+else echo "FAIL: a second server on the port: exit $second"; cat "$tmp/second.log"; rc=1; fi
 kill -TERM "$pid"
 wait "$pid"
 src=$?
