@@ -1,7 +1,7 @@
 // `tern chat -m MODEL`: interactive terminal chat. Streams answers; line editing and history (libedit); a line
 // ending in '\' continues on the next line; /reset, /system TEXT, /exit; Ctrl-C stops the current answer
-// without leaving. The sequence state is kept between turns: each turn renders the whole conversation with the
-// model's template and feeds only the text past what the sequence has already processed.
+// without leaving. The sequence state is kept between turns: a new turn feeds only its own tokens (see
+// next_turn_tokens).
 #include <editline/readline.h>
 #include <unistd.h>
 
@@ -89,25 +89,12 @@ class ChatSession {
     messages_ = nlohmann::ordered_json::array();
     if (!system.empty()) messages_.push_back({{"role", "system"}, {"content", system}});
     seq_->reset();
-    processed_.clear();
+    unfed_.clear();
     sampler_.reset();
   }
 
   void turn(const std::string& user) {
-    messages_.push_back({{"role", "user"}, {"content", user}});
-    const std::string rendered = tpl_->render(messages_, nullptr, true, nullptr);
-    std::string fresh;
-    if (rendered.compare(0, processed_.size(), processed_) == 0) {
-      fresh = rendered.substr(processed_.size());
-    } else {
-      log::info("chat: the template re-rendered earlier turns differently; reprocessing the conversation");
-      seq_->reset();
-      processed_.clear();
-      fresh = rendered;
-    }
-    std::vector<int32_t> ids = tm_.tokenizer->encode(fresh, /*parse_special=*/true);
-    if (processed_.empty() && tm_.tokenizer->add_bos() && tm_.tokenizer->bos_id() >= 0)
-      ids.insert(ids.begin(), tm_.tokenizer->bos_id());
+    std::vector<int32_t> ids = next_turn_tokens(user);
     const bool tty = isatty(STDOUT_FILENO);
     ThinkFilter filter(o_.show_thinking, tty);
     g_interrupt = false;
@@ -126,16 +113,11 @@ class ChatSession {
     std::string tail = filter.flush();
     std::fwrite(tail.data(), 1, tail.size(), stdout);
     std::printf(r.reason == runtime::StopReason::kCancelled ? " [stopped]\n" : "\n");
-    // The sequence has processed the prompt and every generated token but the last one.
-    processed_ = rendered + r.text;
-    if (!r.tokens.empty() && r.reason != runtime::StopReason::kEos) {
-      // The last sampled token was not fed; drop its text from what the sequence has seen.
-      const std::string last = tm_.tokenizer->decode(std::vector<int32_t>{r.tokens.back()});
-      if (processed_.size() >= last.size() && processed_.compare(processed_.size() - last.size(), last.size(), last) == 0)
-        processed_.resize(processed_.size() - last.size());
-      else
-        processed_ = "\x01";  // cannot line up: force a full re-render next turn
-    }
+    // The sequence has processed the prompt and every generated token but the last one; an answer cut short
+    // (length, Ctrl-C, stop string) still owes that token, an answer ended by an end-of-generation token does
+    // not (the template's turn end follows).
+    unfed_.clear();
+    if (!r.tokens.empty() && r.reason != runtime::StopReason::kEos) unfed_.push_back(r.tokens.back());
     messages_.push_back({{"role", "assistant"}, {"content", r.text}});
     const size_t n_gen = r.tokens.size();
     std::fprintf(stderr, "[prompt: %lld new tokens, %.1f tok/s | generation: %zu tokens, %.1f tok/s | context %lld/%lld]\n",
@@ -145,13 +127,50 @@ class ChatSession {
   }
 
  private:
+  // Tokens that take the sequence from where it stands to the start of the next answer. The first turn is the
+  // rendered conversation. Later turns never re-render the history: templates rewrite earlier assistant turns
+  // (Qwen3.5 drops their <think> blocks), and a recurrent state cannot be rolled back to match. Instead the
+  // conversation is rendered with a marker as the last answer, and only the text after the marker (turn end, the
+  // new user message, the generation prompt) is fed, after the answer's own unfed last token.
+  std::vector<int32_t> next_turn_tokens(const std::string& user) {
+    const bool first = seq_->n_past() == 0;
+    std::string fresh;
+    if (first) {
+      messages_.push_back({{"role", "user"}, {"content", user}});
+      fresh = tpl_->render(messages_, nullptr, true, nullptr);
+    } else {
+      static const std::string kMark = "\x01tern-answer-end\x01";
+      nlohmann::ordered_json probe = messages_;
+      probe.back()["content"] = kMark;
+      probe.push_back({{"role", "user"}, {"content", user}});
+      const std::string rendered = tpl_->render(probe, nullptr, true, nullptr);
+      const size_t p = rendered.rfind(kMark);
+      messages_.push_back({{"role", "user"}, {"content", user}});
+      if (p == std::string::npos) {
+        log::info("chat: the template does not show the last answer verbatim; reprocessing the conversation");
+        seq_->reset();
+        unfed_.clear();
+        fresh = tpl_->render(messages_, nullptr, true, nullptr);
+      } else {
+        fresh = rendered.substr(p + kMark.size());
+      }
+    }
+    std::vector<int32_t> ids = unfed_;
+    const std::vector<int32_t> enc = tm_.tokenizer->encode(fresh, /*parse_special=*/true);
+    ids.insert(ids.end(), enc.begin(), enc.end());
+    if (seq_->n_past() == 0 && tm_.tokenizer->add_bos() && tm_.tokenizer->bos_id() >= 0)
+      ids.insert(ids.begin(), tm_.tokenizer->bos_id());
+    return ids;
+  }
+
+ private:
   ChatOptions& o_;
   TextModel tm_;
   runtime::Sampler sampler_;
   std::unique_ptr<text::ChatTemplate> tpl_;
   std::unique_ptr<models::qwen35moe::SequenceState> seq_;
   nlohmann::ordered_json messages_;
-  std::string processed_;  // rendered text the sequence has processed
+  std::vector<int32_t> unfed_;  // the last answer's final sampled token when the sequence has not processed it
 };
 
 // Reads one message: lines ending in '\' continue. Returns false at end of input.
@@ -159,8 +178,17 @@ bool read_message(std::string& out) {
   out.clear();
   const char* prompt = "> ";
   for (;;) {
+    g_interrupt = false;
     char* line = readline(prompt);
-    if (!line) return !out.empty();
+    if (!line) {
+      if (g_interrupt.exchange(false)) {  // Ctrl-C at the prompt drops the message being typed, like a shell
+        std::fputs("^C\n", stdout);
+        out.clear();
+        prompt = "> ";
+        continue;
+      }
+      return !out.empty();  // end of input (Ctrl-D)
+    }
     std::string s(line);
     std::free(line);
     if (!s.empty() && s.back() == '\\') {
@@ -179,7 +207,7 @@ bool read_message(std::string& out) {
 static RunFn setup_chat(CLI::App& app) {
   auto o = std::make_shared<ChatOptions>();
   o->sampling.temperature = 0.7f;
-  add_engine_options(app, o->engine);
+  add_engine_options(app, o->engine, ModelArg::kBundledDefault);
   app.add_option("--system", o->system, "System message");
   app.add_flag("--show-thinking", o->show_thinking, "Show <think> blocks (dimmed) instead of hiding them");
   app.add_option("-n,--n-predict", o->gen.n_predict, "Most tokens per answer (-1: until end of turn)")
@@ -191,6 +219,7 @@ static RunFn setup_chat(CLI::App& app) {
   app.add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
   app.add_flag("--ignore-eos", o->gen.ignore_eos, "Keep generating past end-of-generation tokens");
   return [o] {
+    use_bundled_model_if_unset(o->engine);
     ChatSession chat(*o);
     struct sigaction sa {};
     sa.sa_handler = on_sigint;

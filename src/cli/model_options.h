@@ -5,13 +5,25 @@
 
 namespace tern::cli {
 
-inline void add_engine_options(CLI::App& app, runtime::EngineOptions& o, bool model_required = true) {
-  auto* m = app.add_option("-m,--model", o.model_path, "Model file (GGUF)");
-  if (model_required) m->required();
+// How a command treats a missing -m: an error, or the model bundled with tern (models/tern-tiny-q35moe.gguf).
+enum class ModelArg { kRequired, kBundledDefault };
+
+inline void add_engine_options(CLI::App& app, runtime::EngineOptions& o, ModelArg arg = ModelArg::kRequired) {
+  auto* m = app.add_option("-m,--model", o.model_path,
+                           arg == ModelArg::kRequired ? "Model file (GGUF)"
+                                                      : "Model file (GGUF; default: the bundled tern-tiny model)");
+  if (arg == ModelArg::kRequired) m->required();
   app.add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (0: the model's, capped by free memory)");
   app.add_option("-t,--threads", o.threads, "Threads (0: all hardware threads)");
   app.add_option("--kv-type", o.kv_type, "KV cache element type: f16 or f32")->capture_default_str();
   app.add_option("--dump-tensors", o.dump_dir, "Write every named intermediate as DIR/<name>.npy");
 }
+
+// The bundled model's path: next to the binary (<bin>/../models or <bin>/models), else the source tree it was
+// built from. An error when none exists.
+std::string bundled_model_path();
+
+// Fills o.model_path with the bundled model when -m was not given, and says so once.
+void use_bundled_model_if_unset(runtime::EngineOptions& o);
 
 }  // namespace tern::cli

@@ -107,7 +107,7 @@ int run_text_mode(RunOptions& o) {
 
 static RunFn setup_run(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
-  add_engine_options(app, o->engine);
+  add_engine_options(app, o->engine, ModelArg::kBundledDefault);
   app.add_option("-p,--prompt", o->prompt, "Prompt text");
   app.add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
   app.add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template as a user message");
@@ -120,6 +120,7 @@ static RunFn setup_run(CLI::App& app) {
   app.add_flag("--ignore-eos", o->gen.ignore_eos, "Keep generating past end-of-generation tokens");
   add_sampling_options(app, o->sampling);
   return [o] {
+    use_bundled_model_if_unset(o->engine);
     const int modes = !o->tokens.empty() + !o->prompt.empty() + !o->prompt_file.empty();
     if (modes != 1) fail("give exactly one of -p TEXT, -f FILE or --tokens IDS");
     return o->tokens.empty() ? run_text_mode(*o) : run_token_mode(*o);

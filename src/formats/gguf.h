@@ -147,6 +147,7 @@ class File {
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
   uint64_t data_offset() const { return data_offset_; }  // start of the (aligned) data section
+  const uint8_t* base() const { return base_; }           // the whole file's bytes (memory-mapped)
 
   const std::vector<Value>& metadata() const { return kv_; }  // in file order
   const Value* find(std::string_view key) const;

@@ -1,5 +1,6 @@
 #include "runtime/engine.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,12 +10,46 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/parallel.h"
+#include "core/progress.h"
 #include "quant/kernels.h"
 
 namespace tern::runtime {
 
 using models::qwen35moe::Model;
 using models::qwen35moe::SequenceState;
+
+namespace {
+
+double available_memory_bytes() {
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * page : 4e9;
+}
+
+// Reads the mapped file into the page cache once, in order, with a progress bar on a terminal, so the first
+// tokens do not pay a storm of page faults. A file larger than half the available memory is left to fault
+// in on demand (reading it all would only evict itself).
+void warm_pages(const gguf::File& f) {
+  const uint64_t total = f.file_size();
+  if (static_cast<double>(total) > available_memory_bytes() / 2) {
+    log::info("%s: %.1f GiB is more than half the available memory; weights are read on demand", f.name().c_str(),
+              total / 1073741824.0);
+    return;
+  }
+  constexpr uint64_t kSlice = uint64_t{64} << 20;  // a multiple of the page size, so slices stay page-aligned
+  const long page = std::max(sysconf(_SC_PAGESIZE), 512L);
+  ProgressBar bar("loading");
+  const uint8_t* base = f.base();
+  uint8_t sink = 0;
+  for (uint64_t off = 0; off < total; off += kSlice) {
+    const uint64_t n = std::min(kSlice, total - off);
+    madvise(const_cast<uint8_t*>(base + off), n, MADV_WILLNEED);  // advisory; failure only costs speed
+    for (uint64_t i = 0; i < n; i += static_cast<uint64_t>(page)) sink ^= base[off + i];
+    bar.update(off + n, total);
+  }
+  asm volatile("" : : "r"(sink));  // keep the reads
+}
+
+}  // namespace
 
 Engine::Engine(const EngineOptions& o) {
   if (o.threads < 0) fail("--threads must be >= 0 (got %d)", o.threads);
@@ -25,13 +60,13 @@ Engine::Engine(const EngineOptions& o) {
   if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (got %lld)", static_cast<long long>(o.n_ctx));
 
   model_ = Model::load(o.model_path);
+  warm_pages(*model_->file);
   const auto& c = model_->config;
   if (o.n_ctx > 0) {
     n_ctx_ = o.n_ctx;
   } else {
     // Default: the training context, capped so one sequence's state fits in half the available memory.
-    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const double avail = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 4e9;
+    const double avail = available_memory_bytes();
     n_ctx_ = c.n_ctx_train;
     while (n_ctx_ > 256 && static_cast<double>(SequenceState::bytes_for(c, n_ctx_, kv_type_)) > avail / 2) n_ctx_ /= 2;
     log::info("context size %lld (model trained for %lld%s)", static_cast<long long>(n_ctx_),

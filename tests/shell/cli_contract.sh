@@ -28,10 +28,15 @@ check "tokenize prints ids on one line" 'echo "$ids" | grep -Eq "^[0-9]+( [0-9]+
 txt=$("$TERN" detokenize -m "$M" --tokens "$(echo "$ids" | tr " " ",")" 2>/dev/null)
 check "detokenize(tokenize(x)) == x" '[ "$txt" = "Hello world, hello tern." ]'
 
-# Bad input: exit 1 and one line on stderr starting with "tern: error:".
+# Without -m, run uses the model bundled in models/ and says so exactly once.
+"$TERN" run -p "Once upon a time" -n 8 --temp 0 -c 256 >"$tmp/b" 2>"$tmp/be"; rc=$?
+check "run without -m uses the bundled model, said once" '[ $rc -eq 0 ] && [ -s "$tmp/b" ] && [ $(grep -c "using the bundled model" "$tmp/be") -eq 1 ]'
+
+# Bad input: exit 1 and exactly one error line ("tern: error: ..."), the last line on stderr (info lines about
+# what was loaded may precede it).
 bad() {
   "$TERN" "$@" >/dev/null 2>"$tmp/e"; rc=$?
-  check "error exit 1: $*" '[ $rc -eq 1 ] && [ $(wc -l <"$tmp/e") -eq 1 ] && grep -q "^tern: error:" "$tmp/e"'
+  check "error exit 1: $*" '[ $rc -eq 1 ] && [ $(grep -c "^tern: error:" "$tmp/e") -eq 1 ] && tail -n 1 "$tmp/e" | grep -q "^tern: error:"'
 }
 bad run -m "$M" --tokens 1,x,3 --print-ids
 bad run -m "$M" --tokens 1,2 -n 100 -c 16 --print-ids
@@ -42,6 +47,7 @@ bad run -m "$M" -p "hi" -t -3
 bad logits -m "$M" --tokens 1,2 -o /nonexistent/dir/x.bin
 bad run -m "$FIX/nonexistent.gguf" -p hi
 bad tokenize -m "$M"
+bad run -m "$M" -p "$(printf 'a long prompt %.0s' $(seq 1 40))" -n 4 -c 16
 
 echo "$fails failed"
 [ $fails -eq 0 ]

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""llama.cpp's perplexity on a text file, through llama-cpp-python, computed exactly as `tern perplexity` and
+llama.cpp's perplexity tool do: tokenize the whole file once (BOS first when the vocabulary asks for it), cut it
+into chunks of n_ctx tokens, evaluate each chunk from an empty state (first token replaced by BOS when the
+vocabulary adds one), and score the tokens of the second half of each chunk.
+
+It also checks that llama.cpp and tern tokenize the file identically (tern's ids from `tern tokenize`), since a
+perplexity comparison over different token streams would mean nothing.
+
+usage: python tools/ppl_llamacpp.py -m MODEL.gguf -f TEXT [-c 256] [--tern build/tern] [-t 2]
+"""
+import argparse
+import math
+import subprocess
+import sys
+
+import numpy as np
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("-f", "--file", required=True)
+    ap.add_argument("-c", "--ctx", type=int, default=512)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--tern", default="build/tern", help="tern binary, for the tokenization check ('' to skip)")
+    a = ap.parse_args()
+
+    from llama_cpp import Llama
+    import llama_cpp
+
+    text = open(a.file, encoding="utf-8").read()
+    llm = Llama(model_path=a.model, n_ctx=a.ctx, n_batch=a.ctx, n_ubatch=a.ctx, logits_all=True,
+                n_threads=a.threads, verbose=False)
+    add_bos = bool(llm._model.add_bos_token())
+    bos = llm.token_bos()
+    tokens = llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=False)
+    if a.tern:
+        out = subprocess.run([a.tern, "tokenize", "-m", a.model, "-p", text], capture_output=True, text=True,
+                             check=True).stdout.split()
+        tern_ids = [int(x) for x in out]
+        if add_bos:
+            tern_ids = [bos] + tern_ids
+        if tern_ids != list(tokens):
+            first = next((i for i, (x, y) in enumerate(zip(tern_ids, tokens)) if x != y), min(len(tern_ids), len(tokens)))
+            print(f"tokenization differs from tern's at token {first} ({len(tern_ids)} vs {len(tokens)} tokens)")
+            return 1
+        print(f"tokenization: identical to tern's ({len(tokens)} tokens)")
+    n_ctx = a.ctx
+    n_chunk = len(tokens) // n_ctx
+    if n_chunk < 2:
+        print(f"{a.file}: {len(tokens)} tokens; need at least 2 * n_ctx")
+        return 1
+    first = n_ctx // 2
+    nll = nll2 = 0.0
+    count = 0
+    for ch in range(n_chunk):
+        chunk = list(tokens[ch * n_ctx:(ch + 1) * n_ctx])
+        if add_bos:
+            chunk[0] = bos
+        llm.reset()
+        llm.eval(chunk)
+        logits = np.asarray(llm.scores[:n_ctx], dtype=np.float64)
+        for j in range(first, n_ctx - 1):
+            row = logits[j]
+            mx = row.max()
+            lp = row[chunk[j + 1]] - mx - math.log(np.exp(row - mx).sum())
+            nll -= lp
+            nll2 += lp * lp
+            count += 1
+        print(f"[{ch + 1}]{math.exp(nll / count):.4f},", end="", flush=True)
+    mean = nll / count
+    var = nll2 / count - mean * mean
+    ppl = math.exp(mean)
+    err = ppl * math.sqrt(max(var, 0.0) / max(count - 1, 1))
+    print(f"\nFinal estimate: PPL = {ppl:.4f} +/- {err:.5f}  (llama.cpp {llama_cpp.__version__}, {n_chunk} chunks of "
+          f"{n_ctx}, mean NLL {mean:.4f} nats/token)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
