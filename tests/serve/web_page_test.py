@@ -165,12 +165,12 @@ try:
     check("the user's message is shown", page.eval("document.querySelector('[data-role=user]').textContent") ==
           "Tell me a fortune.")
 
-    # 2. A long answer (this prompt runs to max_tokens greedily) is stopped by the stop button mid-stream.
+    # 2. A long answer (this prompt runs to max_tokens greedily: 4000 tokens take seconds) is stopped mid-stream.
     cancelled0 = metric("tern_requests_cancelled_total")
-    page.eval("document.getElementById('reset').click(); document.getElementById('max_tokens').value = 480;"
+    page.eval("document.getElementById('reset').click(); document.getElementById('max_tokens').value = 4000;"
               "document.getElementById('input').value = 'Quote a verse.'; document.getElementById('send').click(); 1")
     started = page.wait_for("(() => { const d = document.querySelector('[data-role=assistant]');"
-                            " return d && d.textContent.length > 20; })()", 30)
+                            " return d && d.textContent.length > 0; })()", 30)
     page.eval("document.getElementById('stop').click(); 1")
     stopped = page.wait_for("(() => { const d = document.querySelector('[data-role=assistant][data-done]');"
                             " return d ? d.textContent : null; })()", 30)

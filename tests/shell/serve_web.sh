@@ -11,7 +11,7 @@ CHROME=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$CHROME" ]; then echo "FAIL: chromium not found (run scripts/install-deps.sh)"; exit 1; fi
 tmp=$(mktemp -d)
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$TERN" serve -m "$MODEL" --port "$PORT" -c 512 -t 1 2>"$tmp/server.log" &
+"$TERN" serve -m "$MODEL" --port "$PORT" -c 4096 -t 1 2>"$tmp/server.log" &
 pid=$!
 cleanup() { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
