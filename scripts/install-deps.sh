@@ -3,7 +3,8 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config git
       nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libpcre2-dev libutf8proc-dev libedit-dev libomp-dev clang libclang-rt-14-dev python3 tmux)
+      libpcre2-dev libutf8proc-dev libedit-dev libomp-dev clang libclang-rt-14-dev python3 tmux
+      chromium)  # chromium: headless browser test of tern serve's web page (tests/shell/serve_web.sh)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

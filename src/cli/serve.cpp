@@ -1,0 +1,119 @@
+// `tern serve -m MODEL`: an OpenAI-compatible HTTP server with continuous batching (see docs/SERVE.md).
+// SIGINT / SIGTERM stop it: running requests are cancelled, then the server exits with status 0.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <ctime>
+
+#include <filesystem>
+#include <thread>
+
+#include "cli/model_options.h"
+#include "cli/text_model.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "serve/scheduler.h"
+#include "serve/server.h"
+#include "text/chat_template.h"
+
+namespace tern::cli {
+
+namespace {
+
+struct ServeOptions {
+  runtime::EngineOptions engine;
+  serve::SchedulerOptions sched;
+  serve::ServerOptions server;
+  std::string alias;
+  int64_t cache_mib = 512;
+};
+
+// Per-sequence context when -c is not given: the engine's choice, lowered until every sequence fits in half the
+// memory available now (each of the --parallel sequences holds a full-context state).
+int64_t pick_n_ctx(const runtime::Engine& e, int parallel) {
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const double avail = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 4e9;
+  int64_t n = e.n_ctx();
+  auto bytes = [&](int64_t c) {
+    return static_cast<double>(models::qwen35moe::SequenceState::bytes_for(e.config(), c, e.kv_type())) * parallel;
+  };
+  while (n > 256 && bytes(n) > avail / 2) n /= 2;
+  if (n != e.n_ctx())
+    log::info("per-sequence context %lld (lowered from %lld so %d sequences fit in half the available memory)",
+              static_cast<long long>(n), static_cast<long long>(e.n_ctx()), parallel);
+  return n;
+}
+
+}  // namespace
+
+static RunFn setup_serve(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  add_engine_options(app, o->engine);
+  app.add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", o->server.port, "Port to listen on (0: any free port, logged)")->capture_default_str();
+  app.add_option("--api-key", o->server.api_key, "Require 'Authorization: Bearer KEY' on the API routes");
+  app.add_option("--alias", o->alias, "Model name served in /v1/models (default: the file name without .gguf)");
+  app.add_option("--parallel", o->sched.parallel, "Sequences decoded together (each holds a full context)")
+      ->capture_default_str();
+  app.add_option("-b,--batch", o->sched.batch, "Most prompt tokens processed per step (prefill chunk)")
+      ->capture_default_str();
+  app.add_option("--max-queue", o->sched.max_queue, "Requests that may wait for a free sequence (more get 503)")
+      ->capture_default_str();
+  app.add_option("--reasoning-format", o->server.reasoning_format,
+                 "Default for requests: none (the answer as generated) or auto (text before </think> of a think block "
+                 "the prompt opened goes to reasoning_content)")
+      ->capture_default_str();
+  app.add_option("--cache-mib", o->cache_mib, "Prefix-cache budget in MiB (0: off)")->capture_default_str();
+  app.add_option("--http-threads", o->server.http_threads, "HTTP worker threads (0: max(64, 8 x --parallel))")
+      ->capture_default_str();
+  return [o] {
+    // Signals go to one waiting thread (blocked here, before any other thread exists, so every thread inherits it).
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    signal(SIGPIPE, SIG_IGN);  // a client that left must not end the server; writes fail with EPIPE instead
+
+    if (o->sched.parallel < 1) fail("--parallel must be >= 1 (got %d)", o->sched.parallel);
+    if (o->cache_mib < 0) fail("--cache-mib must be >= 0 (got %lld)", static_cast<long long>(o->cache_mib));
+    o->sched.cache_bytes = static_cast<size_t>(o->cache_mib) << 20;
+    TextModel tm(o->engine);
+    std::unique_ptr<text::ChatTemplate> tpl;
+    if (tm.chat_template) tpl = std::make_unique<text::ChatTemplate>(*tm.chat_template);
+    else log::warn("%s has no chat template: /v1/chat/completions will refuse requests", o->engine.model_path.c_str());
+    if (o->engine.n_ctx == 0) o->sched.n_ctx = pick_n_ctx(*tm.engine, o->sched.parallel);
+
+    serve::Scheduler sched(*tm.engine, *tm.tokenizer, o->sched);
+    serve::ModelInfo info;
+    info.id = o->alias.empty() ? std::filesystem::path(o->engine.model_path).stem().string() : o->alias;
+    info.created = static_cast<int64_t>(std::time(nullptr));
+    info.n_ctx = sched.n_ctx();
+    info.n_ctx_train = tm.engine->config().n_ctx_train;
+    info.n_vocab = tm.tokenizer->n_vocab();
+    serve::Server server(o->server, sched, *tm.tokenizer, tpl.get(), info);
+
+    std::thread waiter([&] {
+      int sig = 0;
+      sigwait(&sigs, &sig);
+      log::info("signal %d: cancelling running requests and stopping", sig);
+      sched.cancel_all();
+      server.stop();
+    });
+    try {
+      server.run();
+    } catch (...) {
+      pthread_kill(waiter.native_handle(), SIGTERM);
+      waiter.join();
+      throw;
+    }
+    pthread_kill(waiter.native_handle(), SIGTERM);  // no-op if the waiter already returned
+    waiter.join();
+    return 0;
+  };
+}
+
+TERN_COMMAND(serve, "serve", "OpenAI-compatible HTTP server with continuous batching", setup_serve);
+
+}  // namespace tern::cli

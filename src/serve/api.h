@@ -1,0 +1,85 @@
+// OpenAI-compatible request parsing and response bodies (chat completions, completions, errors). Requests are
+// checked field by field; anything malformed or unsupported is an ApiError naming the field (OpenAI's error body),
+// never a crash. Unknown fields are ignored, as OpenAI does. Non-goals here: HTTP, scheduling.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "serve/chat_output.h"
+#include "serve/scheduler.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace tern::serve {
+
+using json = nlohmann::ordered_json;
+
+// An HTTP error with OpenAI's body: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+  std::string type = "invalid_request_error";
+  json body() const;
+};
+[[noreturn]] void api_fail(int status, const std::string& param, const std::string& code, const std::string& message);
+
+struct ModelInfo {
+  std::string id;          // served model name (--alias, default: the file name without .gguf)
+  int64_t created = 0;     // unix seconds (the server's start)
+  int64_t n_ctx = 0;       // per-sequence context
+  int64_t n_ctx_train = 0;
+  int64_t n_vocab = 0;
+};
+
+// Everything the server needs to turn a request body into token ids.
+struct ApiContext {
+  const text::Tokenizer& tok;
+  const text::ChatTemplate* chat_template;  // null: the model has none (chat requests are refused)
+  const ModelInfo& model;
+  std::string reasoning_format = "none";    // default of the request field: "none" | "auto"
+};
+
+struct ParsedRequest {
+  GenRequest gen;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool split_reasoning = false;  // chat: text before </think> goes to reasoning_content
+  json tools = nullptr;          // chat: tool definitions whose calls are parsed from the answer (null: none)
+  std::string forced_text;       // chat: appended to the prompt to start a tool call; belongs in front of the answer
+};
+
+json parse_json_body(const std::string& body);  // 400 on malformed JSON or a non-object
+// Serializes; invalid UTF-8 (a token that is part of a character) becomes U+FFFD instead of throwing.
+std::string to_text(const json& j);
+ParsedRequest parse_chat_request(const json& body, const ApiContext& ctx);
+ParsedRequest parse_completion_request(const json& body, const ApiContext& ctx);
+
+// n_cached: prompt tokens resumed from the prefix cache (usage.prompt_tokens_details.cached_tokens).
+// OpenAI's tool_calls array ({"index"} added for streaming deltas).
+json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index);
+json usage_json(int64_t n_prompt, int64_t n_completion, int64_t n_cached = 0);
+// The "logprobs" object of a choice: chat's {"content": [{token, logprob, bytes, top_logprobs}]}, or the legacy
+// completions form {tokens, token_logprobs, top_logprobs, text_offset} (offsets counted from text_offset0).
+json chat_logprobs(const std::vector<TokenLogprob>& lps, const text::Tokenizer& tok);
+json completion_logprobs(const std::vector<TokenLogprob>& lps, const text::Tokenizer& tok, size_t text_offset0);
+
+// Non-streaming bodies (logprobs: null or one of the objects above).
+// message: {"role": "assistant", "content", ["reasoning_content"], ["tool_calls"]}.
+json chat_response(const std::string& id, int64_t created, const std::string& model, const json& message,
+                   Finish finish, const json& usage, const json& logprobs = nullptr);
+json completion_response(const std::string& id, int64_t created, const std::string& model, const std::string& text,
+                         Finish finish, const json& usage, const json& logprobs = nullptr);
+// Streaming chunks: delta text (or, for chat, the role announcement when role is set), or the final chunk with a
+// finish reason; usage chunks have empty choices.
+json chat_chunk(const std::string& id, int64_t created, const std::string& model, const json& delta, Finish finish,
+                const json& logprobs = nullptr);
+json completion_chunk(const std::string& id, int64_t created, const std::string& model, const std::string& text,
+                      Finish finish, const json& logprobs = nullptr);
+json usage_chunk(const std::string& object, const std::string& id, int64_t created, const std::string& model,
+                 const json& usage);
+
+}  // namespace tern::serve

@@ -1,0 +1,46 @@
+// Prefix cache: snapshots of a sequence's whole state (the first n rows of every attention layer's KV, and every
+// DeltaNet layer's conv and recurrent state) keyed by the n tokens that produced it, kept within a byte budget
+// (least recently used first out). A new prompt resumes from the longest cached prefix, so a follow-up chat turn
+// only processes what is new. Recurrent state cannot be rolled back, so only exact snapshot points can be hit;
+// the scheduler takes them at the end of each message (after end-of-turn tokens), at the end of the prompt and at
+// the end of the answer. Thread-safety: used by the scheduler thread only.
+#pragma once
+#include <cstdint>
+#include <list>
+#include <vector>
+
+#include "models/qwen35moe/state.h"
+
+namespace tern::serve {
+
+struct PrefixCacheStats {
+  int64_t hits = 0, misses = 0, tokens_reused = 0, entries = 0, evictions = 0;
+  size_t bytes = 0, budget = 0;
+};
+
+class PrefixCache {
+ public:
+  PrefixCache(size_t budget_bytes, int64_t n_layer) : n_layer_(n_layer) { stats_.budget = budget_bytes; }
+  bool enabled() const { return stats_.budget > 0; }
+
+  // Restores into `state` (which must be empty) the longest cached prefix of `prompt` shorter than the whole
+  // prompt (at least one token must remain to feed). Returns its length (0: miss, state untouched).
+  int64_t restore(const std::vector<int32_t>& prompt, models::qwen35moe::SequenceState& state);
+  // Snapshots `state`, which has processed exactly `tokens`. Evicts least recently used entries to fit.
+  void insert(const std::vector<int32_t>& tokens, models::qwen35moe::SequenceState& state);
+  bool contains(const std::vector<int32_t>& tokens) const;
+  const PrefixCacheStats& stats() const { return stats_; }
+
+ private:
+  struct Entry {
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<uint8_t>> k, v;    // [layer] attention: [n_head_kv][n][head_dim] KV elements
+    std::vector<std::vector<float>> conv, ssm; // [layer] DeltaNet states, as in LayerState
+    size_t bytes = 0;
+  };
+  int64_t n_layer_;
+  std::list<Entry> lru_;  // front: most recently used
+  PrefixCacheStats stats_;
+};
+
+}  // namespace tern::serve

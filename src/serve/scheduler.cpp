@@ -1,0 +1,388 @@
+#include "serve/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/log.h"
+#include "runtime/generate.h"
+
+namespace tern::serve {
+
+using models::qwen35moe::SeqInput;
+using models::qwen35moe::SequenceState;
+
+const char* finish_name(Finish f) {
+  switch (f) {
+    case Finish::kNone: return "null";
+    case Finish::kStop: return "stop";
+    case Finish::kLength: return "length";
+    case Finish::kCancelled: return "cancelled";
+    case Finish::kError: return "error";
+  }
+  return "?";
+}
+
+// ---- Completion (client side) ----
+
+bool Completion::wait(std::string* out, std::chrono::milliseconds timeout, std::vector<TokenLogprob>* logprobs) {
+  std::unique_lock lk(m_);
+  cv_.wait_for(lk, timeout, [&] { return !pending_.empty() || !pending_logprobs_.empty() || finish_ != Finish::kNone; });
+  out->append(pending_);
+  pending_.clear();
+  if (logprobs) logprobs->insert(logprobs->end(), pending_logprobs_.begin(), pending_logprobs_.end());
+  pending_logprobs_.clear();
+  return finish_ != Finish::kNone;
+}
+
+Finish Completion::finish() const {
+  std::lock_guard lk(m_);
+  return finish_;
+}
+
+void Completion::post(const std::string& text, Finish f, const std::string& error) {
+  {
+    std::lock_guard lk(m_);
+    pending_ += text;
+    if (f != Finish::kNone) {
+      finish_ = f;
+      error_ = error;
+    }
+  }
+  cv_.notify_all();
+}
+
+// ---- Scheduler ----
+
+struct Scheduler::Job {
+  Job(GenRequest r, const text::Tokenizer& tok)
+      : req(std::move(r)), c(std::make_shared<Completion>()), sampler(req.sampling), text(tok, req.stop) {}
+  GenRequest req;
+  std::shared_ptr<Completion> c;
+  runtime::Sampler sampler;
+  TextStream text;
+  uint64_t order = 0;     // admission order: prompt chunks go first-come first-served
+  int slot = -1;
+  int64_t n_fed = 0;      // prompt tokens processed
+  int32_t next = -1;      // sampled token to feed at the next step (decoding)
+  bool done = false;
+  bool fresh = false;     // just got a sequence; start() has not run
+  std::vector<int64_t> points;  // prompt positions to snapshot at (ends of messages, end of prompt), ascending
+  std::unique_ptr<TokenConstraint> json;  // constrained decoding (json_object, a forced choice); null: free
+  bool prefilling() const { return n_fed < static_cast<int64_t>(req.prompt.size()); }
+};
+
+Scheduler::Scheduler(runtime::Engine& engine, const text::Tokenizer& tok, const SchedulerOptions& o)
+    : engine_(engine), tok_(tok), o_(o), n_ctx_(o.n_ctx > 0 ? o.n_ctx : engine.n_ctx()),
+      cache_(o.cache_bytes, engine.config().n_layer) {
+  if (o_.parallel < 1) fail("--parallel must be >= 1 (got %d)", o_.parallel);
+  if (o_.batch < 1) fail("--batch must be >= 1 (got %d)", o_.batch);
+  if (o_.max_queue < 0) fail("--max-queue must be >= 0 (got %d)", o_.max_queue);
+  eog_ = runtime::end_of_generation_ids(tok);
+  const int32_t V = tok.n_vocab();
+  token_bytes_.resize(static_cast<size_t>(V));
+  special_.resize(static_cast<size_t>(V));
+  for (int32_t id = 0; id < V; ++id) {
+    token_bytes_[id] = tok.token_bytes(id);
+    special_[id] = tok.token_type(id) == text::TokenType::kControl || tok.token_type(id) == text::TokenType::kUnused;
+  }
+  stats_.cache = cache_.stats();
+  slots_.resize(o_.parallel);
+  for (int i = 0; i < o_.parallel; ++i)
+    states_.push_back(std::make_unique<SequenceState>(engine.config(), n_ctx_, engine.kv_type()));
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lk(m_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (auto& j : queue_) j->c->post("", Finish::kCancelled, "server shutting down");
+  for (auto& j : slots_)
+    if (j) j->c->post("", Finish::kCancelled, "server shutting down");
+}
+
+std::shared_ptr<Completion> Scheduler::submit(GenRequest r) {
+  const int64_t n = static_cast<int64_t>(r.prompt.size());
+  if (n == 0) throw AdmissionError("the prompt is empty (it has no tokens)", false);
+  const int32_t V = tok_.n_vocab();
+  for (int32_t t : r.prompt)
+    if (t < 0 || t >= V || t >= engine_.config().n_vocab)
+      throw AdmissionError(strf("token id %d is out of range (vocabulary size %d)", t, V), false);
+  const int64_t need = n + std::max(r.max_tokens, 1);
+  if (need > n_ctx_)
+    throw AdmissionError(
+        strf("this request needs %lld tokens (%lld in the prompt + %d to generate) but a sequence holds %lld "
+             "(the server's -c); shorten the prompt or lower max_tokens",
+             static_cast<long long>(need), static_cast<long long>(n), std::max(r.max_tokens, 1),
+             static_cast<long long>(n_ctx_)),
+        false);
+  auto job = std::make_unique<Job>(std::move(r), tok_);  // validates the sampling parameters
+  if (job->req.json_object && !job->req.choice.empty())
+    throw AdmissionError("a request cannot be constrained to JSON and to a choice at once", false);
+  if (job->req.json_object) {
+    if (!job->req.json_schema.is_null()) {
+      const std::string why = check_schema(job->req.json_schema);
+      if (!why.empty()) throw AdmissionError(why, false);
+    }
+    job->json = std::make_unique<JsonConstraint>(token_bytes_, special_, job->req.json_schema);
+  }
+  if (!job->req.choice.empty()) job->json = std::make_unique<ChoiceConstraint>(token_bytes_, special_, job->req.choice);
+  for (int32_t t : job->req.prompt) job->sampler.accept(t);
+  // Snapshot points: after every end-of-turn token (the end of a message) and at the end of the prompt.
+  for (int64_t i = 0; i < n; ++i)
+    if (std::binary_search(eog_.begin(), eog_.end(), job->req.prompt[i])) job->points.push_back(i + 1);
+  if (job->points.empty() || job->points.back() != n) job->points.push_back(n);
+  job->c->n_prompt_ = n;
+  std::shared_ptr<Completion> c = job->c;
+  {
+    std::lock_guard lk(m_);
+    if (static_cast<int>(queue_.size()) >= o_.max_queue && std::none_of(slots_.begin(), slots_.end(),
+                                                                       [](const auto& s) { return !s; }))
+      throw AdmissionError(strf("the server is busy: %zu requests are already waiting", queue_.size()), true);
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+  return c;
+}
+
+void Scheduler::cancel_all() {
+  {
+    std::lock_guard lk(m_);
+    for (auto& j : queue_) j->c->cancel();
+    for (auto& j : slots_)
+      if (j) j->c->cancel();
+  }
+  cv_.notify_all();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lk(m_);
+  SchedulerStats s = stats_;
+  s.queued = static_cast<int64_t>(queue_.size());
+  s.active = std::count_if(slots_.begin(), slots_.end(), [](const auto& j) { return j != nullptr; });
+  return s;
+}
+
+void Scheduler::finish(Job& j, Finish f, const std::string& error) {
+  j.done = true;
+  j.c->post("", f, error);
+}
+
+void Scheduler::loop() {
+  uint64_t order = 0;
+  std::vector<Job*> jobs;
+  for (;;) {
+    {
+      std::unique_lock lk(m_);
+      // Requests cancelled while waiting leave the queue; the rest fill free sequences in arrival order.
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if ((*it)->c->cancelled()) {
+          finish(**it, Finish::kCancelled);
+          ++stats_.requests_cancelled;
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      for (int s = 0; s < o_.parallel && !queue_.empty(); ++s) {
+        if (slots_[s]) continue;
+        slots_[s] = std::move(queue_.front());
+        queue_.pop_front();
+        slots_[s]->slot = s;
+        slots_[s]->order = order++;
+        slots_[s]->fresh = true;
+      }
+      cv_.wait(lk, [&] {
+        return stop_ || !queue_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const auto& j) { return j != nullptr; });
+      });
+      if (stop_) return;
+      jobs.clear();
+      for (auto& j : slots_)
+        if (j) jobs.push_back(j.get());
+    }
+    if (jobs.empty()) continue;
+    for (Job* j : jobs)
+      if (j->fresh) start(*j);
+    std::sort(jobs.begin(), jobs.end(), [](const Job* a, const Job* b) { return a->order < b->order; });
+    step(jobs);
+    std::lock_guard lk(m_);
+    for (auto& j : slots_)
+      if (j && j->done) {
+        if (j->c->finish() == Finish::kCancelled) ++stats_.requests_cancelled;
+        else ++stats_.requests_done;
+        j.reset();
+      }
+  }
+}
+
+void Scheduler::start(Job& j) {
+  j.fresh = false;
+  SequenceState& st = *states_[j.slot];
+  st.reset();
+  j.n_fed = cache_.restore(j.req.prompt, st);
+  j.c->n_cached_ = j.n_fed;
+}
+
+void Scheduler::snapshot_answer(Job& j) {
+  if (!cache_.enabled()) return;
+  SequenceState& st = *states_[j.slot];
+  const int64_t n_prompt = static_cast<int64_t>(j.req.prompt.size()), n_gen = st.n_past() - n_prompt;
+  if (n_gen <= 0 || n_gen > static_cast<int64_t>(j.c->tokens_.size())) return;
+  std::vector<int32_t> key = j.req.prompt;
+  key.insert(key.end(), j.c->tokens_.begin(), j.c->tokens_.begin() + n_gen);
+  cache_.insert(key, st);
+}
+
+void Scheduler::step(std::vector<Job*>& jobs) {
+  std::vector<SeqInput> batch;
+  std::vector<Job*> owner;
+  // Cancelled requests leave before the forward.
+  for (Job* j : jobs)
+    if (j->c->cancelled()) finish(*j, Finish::kCancelled);
+  // Every decoding sequence feeds its last token.
+  for (Job* j : jobs) {
+    if (j->done || j->prefilling()) continue;
+    batch.push_back({states_[j->slot].get(), {j->next}, false});
+    owner.push_back(j);
+  }
+  // Prompt chunks, first come first served, within the step's budget. A chunk runs from n_fed to the next multiple
+  // of `batch` in the prompt, so chunk boundaries do not depend on what else is running.
+  int64_t budget = o_.batch, n_prompt_rows = 0;
+  for (Job* j : jobs) {
+    if (j->done || !j->prefilling()) continue;
+    const int64_t n = static_cast<int64_t>(j->req.prompt.size());
+    int64_t end = std::min(n, (j->n_fed / o_.batch + 1) * o_.batch);
+    auto point = std::upper_bound(j->points.begin(), j->points.end(), j->n_fed);
+    if (cache_.enabled() && point != j->points.end()) end = std::min(end, *point);
+    if (end - j->n_fed > budget) break;
+    SeqInput in{states_[j->slot].get(), {}, false};
+    in.tokens.assign(j->req.prompt.begin() + j->n_fed, j->req.prompt.begin() + end);
+    budget -= end - j->n_fed;
+    n_prompt_rows += end - j->n_fed;
+    batch.push_back(std::move(in));
+    owner.push_back(j);
+  }
+  if (batch.empty()) return;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<float>* logits = nullptr;
+  try {
+    logits = &engine_.forward().run(batch);
+  } catch (const std::exception& e) {
+    log::error("forward failed for a batch of %zu sequences: %s", batch.size(), e.what());
+    for (Job* j : owner) finish(*j, Finish::kError, e.what());
+    return;
+  }
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t V = engine_.config().n_vocab;
+  int64_t n_sampled = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Job& j = *owner[i];
+    if (j.prefilling()) {
+      j.n_fed += static_cast<int64_t>(batch[i].tokens.size());
+      if (cache_.enabled() && std::binary_search(j.points.begin(), j.points.end(), j.n_fed)) {
+        std::vector<int32_t> key(j.req.prompt.begin(), j.req.prompt.begin() + j.n_fed);
+        if (!cache_.contains(key)) cache_.insert(key, *states_[j.slot]);
+      }
+      if (j.prefilling()) continue;  // more prompt to go: this row's logits are not needed
+    }
+    const float* row = logits->data() + static_cast<int64_t>(i) * V;
+    int32_t tok;
+    try {
+      if (j.json) {  // only tokens that keep the answer a JSON-object prefix
+        masked_.assign(row, row + V);
+        if (!j.json->mask(masked_.data(), V)) fail("constrained decoding: no token can continue the JSON answer");
+        row = masked_.data();
+      }
+      tok = j.sampler.sample(row, V);
+      if (j.json && std::isinf(row[tok])) tok = runtime::argmax(row, V);  // never a masked token
+    } catch (const std::exception& e) {
+      finish(j, Finish::kError, e.what());
+      continue;
+    }
+    ++n_sampled;
+    after_token(j, tok, row);
+  }
+  std::lock_guard lk(m_);
+  stats_.steps++;
+  stats_.busy_seconds += dt;
+  stats_.prompt_tokens += n_prompt_rows;
+  stats_.completion_tokens += n_sampled;
+  stats_.cache = cache_.stats();
+}
+
+// log-softmax of the row at `tok`, and the n largest entries (ties: lower id first).
+static TokenLogprob logprob_of(const float* logits, int64_t V, int32_t tok, int n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < V; ++i)
+    if (logits[i] > mx) mx = logits[i];
+  double sum = 0;
+  for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  TokenLogprob lp;
+  lp.id = tok;
+  lp.logprob = static_cast<float>(logits[tok] - lse);
+  if (n > 0) {
+    std::vector<int32_t> ids(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) ids[i] = static_cast<int32_t>(i);
+    const size_t k = std::min<size_t>(static_cast<size_t>(n), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (size_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - lse));
+  }
+  return lp;
+}
+
+bool Scheduler::after_token(Job& j, int32_t tok, const float* logits) {
+  j.sampler.accept(tok);
+  const bool eog = !j.req.ignore_eos && std::binary_search(eog_.begin(), eog_.end(), tok);
+  {
+    std::lock_guard lk(j.c->m_);
+    j.c->tokens_.push_back(tok);
+    // End-of-generation tokens are not part of the answer's text, nor of its log-probabilities.
+    if (j.req.top_logprobs >= 0 && !eog)
+      j.c->pending_logprobs_.push_back(logprob_of(logits, engine_.config().n_vocab, tok, j.req.top_logprobs));
+  }
+  ++j.c->n_generated_;
+  const int64_t n_gen = static_cast<int64_t>(j.c->tokens_.size());
+  if (eog) {
+    snapshot_answer(j);
+    j.c->post(j.text.finish(), Finish::kStop);
+    j.done = true;
+    return false;
+  }
+  bool stopped = false;
+  std::string piece = j.text.push(tok, &stopped);
+  if (j.json) j.json->accept(tok);
+  if (!stopped && j.json && j.json->done()) {
+    if (j.json->ends_answer()) {  // the JSON object is complete: that is the whole answer
+      snapshot_answer(j);
+      j.c->post(piece + j.text.finish(), Finish::kStop);
+      j.done = true;
+      return false;
+    }
+    j.json.reset();  // the forced part is over; the rest is free
+  }
+  if (stopped) {
+    snapshot_answer(j);
+    j.c->post(piece, Finish::kStop);
+    j.done = true;
+    return false;
+  }
+  const SequenceState& st = *states_[j.slot];
+  if ((j.req.max_tokens >= 0 && n_gen >= j.req.max_tokens) || st.n_past() >= st.n_ctx()) {
+    snapshot_answer(j);
+    j.c->post(piece + j.text.finish(), Finish::kLength);
+    j.done = true;
+    return false;
+  }
+  j.c->post(piece);  // wakes the client for text or log-probabilities
+  j.next = tok;
+  return true;
+}
+
+}  // namespace tern::serve

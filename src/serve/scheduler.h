@@ -1,0 +1,160 @@
+// Continuous batching: up to `parallel` sequences share one forward per step. Each step feeds every decoding
+// sequence its last sampled token plus prompt chunks of sequences still prefilling (at most `batch` prompt tokens
+// per step, so a long prompt does not stall running streams). Requests join and leave between steps; a request
+// whose prompt plus max_tokens cannot fit one sequence's context is refused at submit().
+//
+// Prompt chunks start at multiples of `batch` in the prompt whatever else runs, so a sequence's tokens are the same
+// alone or batched (the forward is batch-invariant; tests/serve checks it). Non-goals: priorities, preemption.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+#include "serve/json_constraint.h"
+#include "serve/prefix_cache.h"
+#include "serve/text_stream.h"
+#include "text/tokenizer.h"
+
+namespace tern::serve {
+
+struct SchedulerOptions {
+  int parallel = 4;      // sequences decoded together (each holds a full-context state)
+  int batch = 256;       // most prompt tokens fed per step (over all prefilling sequences)
+  int64_t n_ctx = 0;     // per-sequence context (0: the engine's)
+  int max_queue = 256;   // requests waiting for a free sequence before submit() refuses more
+  size_t cache_bytes = 0; // prefix-cache budget (0: off)
+};
+
+struct GenRequest {
+  std::vector<int32_t> prompt;
+  int top_logprobs = -1;            // < 0: no log-probabilities; n >= 0: the chosen token's and the n most likely
+  runtime::SamplingParams sampling;
+  int max_tokens = -1;              // < 0: until end of generation or the context is full
+  std::vector<std::string> stop;    // stop strings (excluded from the text)
+  bool ignore_eos = false;
+  bool json_object = false;         // constrain the answer to one JSON object (ends when it closes)
+  nlohmann::ordered_json json_schema;  // with json_object: the object's schema (null: any object)
+  std::vector<std::string> choice;  // non-empty: the answer starts with exactly one of these strings
+};
+
+// Log-probability of a generated token under the model (log-softmax of its logits, before sampling filters), and
+// the most likely alternatives, most likely first.
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+enum class Finish { kNone, kStop, kLength, kCancelled, kError };
+const char* finish_name(Finish f);  // OpenAI finish_reason: "stop", "length", ...
+
+// One submitted request as its client sees it: text arrives piece by piece; cancel() stops it at the next step.
+class Completion {
+ public:
+  // Waits until there is new text or the request finished (or the timeout passes). Appends new text to *out.
+  // Returns true once the request has finished and all its text has been taken.
+  // Log-probabilities (when requested) of the tokens generated since the last wait() go to *logprobs.
+  bool wait(std::string* out, std::chrono::milliseconds timeout, std::vector<TokenLogprob>* logprobs = nullptr);
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  // Valid once wait() returned true.
+  Finish finish() const;
+  const std::string& error() const { return error_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }  // generated ids (a final end token included)
+  int64_t n_prompt() const { return n_prompt_; }
+  int64_t n_cached() const { return n_cached_; }  // prompt tokens restored from the prefix cache
+  int64_t n_completion() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t n_generated() const { return n_generated_; }  // so far; safe to read while it runs
+
+ private:
+  friend class Scheduler;
+  void post(const std::string& text, Finish f = Finish::kNone, const std::string& error = {});
+
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::string pending_;
+  std::vector<TokenLogprob> pending_logprobs_;
+  Finish finish_ = Finish::kNone;
+  std::string error_;
+  std::vector<int32_t> tokens_;  // written by the scheduler thread before it posts kNone -> finished
+  int64_t n_prompt_ = 0;
+  std::atomic<int64_t> n_cached_{0};
+  std::atomic<int64_t> n_generated_{0};
+  std::atomic<bool> cancelled_{false};
+};
+
+struct SchedulerStats {
+  int64_t queued = 0, active = 0;            // now
+  int64_t requests_done = 0, requests_cancelled = 0;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t steps = 0;
+  double busy_seconds = 0;                   // time spent in forwards
+  PrefixCacheStats cache;
+};
+
+class Scheduler {
+ public:
+  Scheduler(runtime::Engine& engine, const text::Tokenizer& tok, const SchedulerOptions& o);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. Throws tern::Error (nothing queued) when it can never fit a sequence's context or the queue
+  // is full (AdmissionError tells which).
+  std::shared_ptr<Completion> submit(GenRequest r);
+
+  void cancel_all();  // every queued and running request (shutdown)
+  int64_t n_ctx() const { return n_ctx_; }
+  int parallel() const { return o_.parallel; }
+  SchedulerStats stats() const;
+
+ private:
+  struct Job;
+  void loop();
+  void step(std::vector<Job*>& jobs);
+  bool after_token(Job& j, int32_t tok, const float* logits);  // false: the job has finished
+  void start(Job& j);                     // a job that just got a sequence: reset it, resume a cached prefix
+  void snapshot_answer(Job& j);           // the prompt and the answer so far, into the prefix cache
+  void finish(Job& j, Finish f, const std::string& error = {});
+
+  runtime::Engine& engine_;
+  const text::Tokenizer& tok_;
+  SchedulerOptions o_;
+  int64_t n_ctx_;
+  std::vector<int32_t> eog_;  // sorted end-of-generation ids
+  std::vector<std::string> token_bytes_;  // [n_vocab], for constrained decoding
+  std::vector<bool> special_;             // [n_vocab] control tokens (never inside constrained output)
+  std::vector<float> masked_;             // scratch row for constrained sampling
+
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Job>> queue_;
+  std::vector<std::unique_ptr<Job>> slots_;  // [parallel]; null = free
+  std::vector<std::unique_ptr<models::qwen35moe::SequenceState>> states_;  // [parallel]
+  PrefixCache cache_;  // scheduler thread only; its stats are copied into stats_
+  bool stop_ = false;
+  SchedulerStats stats_;
+  std::thread thread_;
+};
+
+// Refusal at submit(): `queue_full` distinguishes a busy server from a request that can never fit.
+class AdmissionError : public Error {
+ public:
+  AdmissionError(const std::string& what, bool queue_full) : Error(what), queue_full(queue_full) {}
+  bool queue_full;
+};
+
+}  // namespace tern::serve

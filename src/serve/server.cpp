@@ -1,0 +1,431 @@
+#include "serve/server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "serve/web_page.h"
+
+namespace tern::serve {
+
+using clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx%08llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng() & 0xffffffffu));
+  return std::string(prefix) + buf;
+}
+
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned diff = a.size() != b.size();
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+void set_json(httplib::Response& res, const json& j) { res.set_content(to_text(j), "application/json"); }
+
+ApiError error_of(int status, const std::string& message, const std::string& type) {
+  ApiError e;
+  e.status = status;
+  e.message = message;
+  e.type = type;
+  return e;
+}
+
+}  // namespace
+
+Server::Server(const ServerOptions& o, Scheduler& sched, const text::Tokenizer& tok, const text::ChatTemplate* tpl,
+               ModelInfo model)
+    : o_(o), sched_(sched), tok_(tok), tpl_(tpl), model_(std::move(model)), http_(std::make_unique<httplib::Server>()) {
+  if (o_.port < 0 || o_.port > 65535) fail("--port must be in [0, 65535] (got %d)", o_.port);
+  if (o_.reasoning_format != "none" && o_.reasoning_format != "auto")
+    fail("--reasoning-format '%s' is not supported (supported: none, auto)", o_.reasoning_format.c_str());
+  if (o_.http_threads < 0) fail("--http-threads must be >= 0 (got %d)", o_.http_threads);
+  int n = o_.http_threads;
+  if (n == 0) {
+    n = std::max(64, 8 * sched_.parallel());
+    log::info("HTTP worker threads: %d (max(64, 8 x --parallel); each open client connection holds one)", n);
+  }
+  http_->new_task_queue = [n] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+  http_->set_payload_max_length(size_t{32} << 20);
+  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second server bind the same port
+  // and silently take half of its connections.
+  http_->set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  routes();
+}
+
+Server::~Server() = default;
+
+void Server::stop() { http_->stop(); }
+
+void Server::run() {
+  int port = o_.port;
+  if (port == 0) {
+    port = http_->bind_to_any_port(o_.host);
+    if (port <= 0) fail("cannot listen on %s (any port)", o_.host.c_str());
+  } else if (!http_->bind_to_port(o_.host, port)) {
+    fail("cannot listen on %s:%d (is the port in use, or the address not local?)", o_.host.c_str(), port);
+  }
+  log::info("serving '%s' on http://%s:%d (%d sequences of %lld tokens, prefix cache %zu MiB%s)", model_.id.c_str(),
+            o_.host.c_str(), port, sched_.parallel(), static_cast<long long>(model_.n_ctx),
+            sched_.stats().cache.budget >> 20, o_.api_key.empty() ? "" : ", API key required");
+  http_->listen_after_bind();
+}
+
+void Server::count(const std::string& endpoint) {
+  std::lock_guard lk(stats_m_);
+  ++requests_[endpoint];
+}
+
+void Server::routes() {
+  auto reply_error = [this](httplib::Response& res, const ApiError& e) {
+    res.status = e.status;
+    set_json(res, e.body());
+    std::lock_guard lk(stats_m_);
+    ++errors_[e.status];
+  };
+  // Every POST route reads its body itself (httplib would refuse form-encoded bodies over 8 KiB, which is what
+  // `curl -d` sends) and maps errors: ApiError -> its status; tern::Error (bad input found deeper) -> 400;
+  // anything else -> 500.
+  using PostFn = std::function<void(const std::string& body, httplib::Response&)>;
+  auto post = [this, reply_error](const char* path, PostFn fn) {
+    http_->Post(path, [reply_error, fn](const httplib::Request& req, httplib::Response& res,
+                                        const httplib::ContentReader& reader) {
+      try {
+        if (req.is_multipart_form_data())
+          api_fail(400, "", "invalid_json", "expected a JSON body, got multipart form data");
+        std::string body;
+        const bool read = reader([&](const char* data, size_t n) {
+          body.append(data, n);
+          return true;
+        });
+        if (!read) {
+          const int status = res.status == 413 ? 413 : 400;
+          api_fail(status, "", "", status == 413 ? "the request body is too large (over 32 MiB)"
+                                                 : "the request body could not be read");
+        }
+        fn(body, res);
+      } catch (const ApiError& e) {
+        reply_error(res, e);
+      } catch (const Error& e) {
+        reply_error(res, error_of(400, e.what(), "invalid_request_error"));
+      } catch (const std::exception& e) {
+        log::error("%s %s: %s", req.method.c_str(), req.path.c_str(), e.what());
+        reply_error(res, error_of(500, std::string("internal error: ") + e.what(), "server_error"));
+      }
+    });
+  };
+
+  http_->set_pre_routing_handler([this, reply_error](const httplib::Request& req, httplib::Response& res) {
+    if (o_.api_key.empty() || req.path == "/" || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string h = req.get_header_value("Authorization");
+    if (h.rfind("Bearer ", 0) == 0 && same_secret(h.substr(7), o_.api_key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e = error_of(401, h.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "incorrect API key provided",
+                          "invalid_request_error");
+    e.code = "invalid_api_key";
+    reply_error(res, e);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http_->set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                      httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e = error_of(res.status, strf("HTTP %d for %s %s", res.status, req.method.c_str(), req.path.c_str()),
+                          res.status >= 500 ? "server_error" : "invalid_request_error");
+    if (res.status == 404) {
+      e.message = "no route for " + req.method + " " + req.path;
+      e.code = "not_found";
+    } else if (res.status == 413) {
+      e.message = "the request body is too large";
+    }
+    set_json(res, e.body());
+    std::lock_guard lk(stats_m_);
+    ++errors_[res.status];
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    count("health");
+    set_json(res, json{{"status", "ok"}});
+  });
+  http_->Get("/", [this](const httplib::Request&, httplib::Response& res) {
+    count("web");
+    res.set_content(web_page_html(), "text/html; charset=utf-8");
+  });
+  auto models = [this](const httplib::Request&, httplib::Response& res) {
+    count("models");
+    json m{{"id", model_.id},
+           {"object", "model"},
+           {"created", model_.created},
+           {"owned_by", "tern"},
+           {"meta", {{"n_ctx", model_.n_ctx}, {"n_ctx_train", model_.n_ctx_train}, {"n_vocab", model_.n_vocab}}}};
+    set_json(res, json{{"object", "list"}, {"data", json::array({m})}});
+  };
+  http_->Get("/v1/models", models);
+  http_->Get("/models", models);
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    count("metrics");
+    res.set_content(metrics_text(), "text/plain; version=0.0.4");
+  });
+  post("/v1/chat/completions", [this](const std::string& body, httplib::Response& res) {
+    count("chat_completions");
+    generate(body, res, true);
+  });
+  post("/v1/completions", [this](const std::string& body, httplib::Response& res) {
+    count("completions");
+    generate(body, res, false);
+  });
+  post("/tokenize", [this](const std::string& body, httplib::Response& res) {
+    count("tokenize");
+    json b = parse_json_body(body);
+    if (!b.contains("content") || !b["content"].is_string())
+      api_fail(400, "content", "invalid_value", "'content' must be a string");
+    for (const char* k : {"add_special", "with_pieces"})
+      if (b.contains(k) && !b[k].is_boolean()) api_fail(400, k, "invalid_value", std::string("'") + k + "' must be true or false");
+    std::vector<int32_t> ids;
+    try {
+      ids = tok_.encode(b["content"].get<std::string>(), /*parse_special=*/true);
+    } catch (const Error& e) {
+      api_fail(400, "content", "invalid_value", e.what());
+    }
+    if (b.value("add_special", false) && tok_.add_bos() && tok_.bos_id() >= 0) ids.insert(ids.begin(), tok_.bos_id());
+    json out = json::array();
+    for (int32_t id : ids) {
+      if (b.value("with_pieces", false)) out.push_back({{"id", id}, {"piece", tok_.token_bytes(id)}});
+      else out.push_back(id);
+    }
+    set_json(res, json{{"tokens", out}});
+  });
+  post("/detokenize", [this](const std::string& body, httplib::Response& res) {
+    count("detokenize");
+    json b = parse_json_body(body);
+    if (!b.contains("tokens") || !b["tokens"].is_array())
+      api_fail(400, "tokens", "invalid_value", "'tokens' must be an array of token ids");
+    std::vector<int32_t> ids;
+    for (const json& t : b["tokens"]) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok_.n_vocab())
+        api_fail(400, "tokens", "invalid_value",
+                 "token ids must be integers in [0, " + std::to_string(tok_.n_vocab()) + "), got " + t.dump());
+      ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    // Invalid UTF-8 (a token list that ends inside a character) is replaced, so the JSON stays valid.
+    text::StreamDecoder dec(tok_);
+    std::string s;
+    for (int32_t id : ids) s += dec.push(id);
+    s += dec.flush();
+    set_json(res, json{{"content", s}});
+  });
+}
+
+void Server::generate(const std::string& request_body, httplib::Response& res, bool chat) {
+  const json body = parse_json_body(request_body);
+  ApiContext ctx{tok_, tpl_, model_, o_.reasoning_format};
+  ParsedRequest p = chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
+  std::shared_ptr<Completion> c;
+  try {
+    c = sched_.submit(std::move(p.gen));
+  } catch (const AdmissionError& e) {
+    if (e.queue_full) throw error_of(503, e.what(), "server_overloaded");
+    api_fail(400, chat ? "messages" : "prompt", "context_length_exceeded", e.what());
+  } catch (const Error& e) {
+    api_fail(400, "", "invalid_value", e.what());
+  }
+  const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  const std::string model = model_.id;
+  const bool include_usage = p.include_usage, want_logprobs = p.gen.top_logprobs >= 0;
+  const text::Tokenizer* tokp = &tok_;
+  const bool split_reasoning = p.split_reasoning;
+  const json tools = p.tools;
+  const std::string forced = p.forced_text;
+  auto delta_json = [](const ChatDelta& d) {
+    json j = json::object();
+    if (!d.reasoning.empty()) j["reasoning_content"] = d.reasoning;
+    if (!d.content.empty()) j["content"] = d.content;
+    return j;
+  };
+  // The provider runs on this HTTP thread until the request ends; a failed write means the client left.
+  auto lost = [this, c] {
+    c->cancel();
+    ++disconnects_;
+    return false;
+  };
+  if (p.stream) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [=](size_t, httplib::DataSink& sink) {
+          auto send = [&](const json& j) {
+            const std::string s = "data: " + to_text(j) + "\n\n";
+            return sink.write(s.data(), s.size());
+          };
+          if (chat && !send(chat_chunk(id, created, model, {{"role", "assistant"}, {"content", ""}}, Finish::kNone)))
+            return lost();
+          auto last = clock::now();
+          size_t text_offset = 0;
+          ChatOutputSplitter split(split_reasoning, tools);
+          if (chat && !forced.empty()) {
+            ChatDelta cd = split.push(forced);
+            cd.reasoning.clear();  // the forced text closes an empty think block: nothing to show
+            if (!cd.empty() && !send(chat_chunk(id, created, model, delta_json(cd), Finish::kNone))) return lost();
+          }
+          for (;;) {
+            std::string text;
+            std::vector<TokenLogprob> lps;
+            const bool done = c->wait(&text, 100ms, &lps);
+            if (!text.empty() || !lps.empty()) {
+              json lp = !want_logprobs ? json(nullptr)
+                        : chat         ? chat_logprobs(lps, *tokp)
+                                       : completion_logprobs(lps, *tokp, text_offset);
+              text_offset += text.size();
+              const ChatDelta cd = chat ? split.push(text) : ChatDelta{};
+              if (!chat || !cd.empty() || want_logprobs) {
+                json d = chat ? chat_chunk(id, created, model, delta_json(cd), Finish::kNone, lp)
+                              : completion_chunk(id, created, model, text, Finish::kNone, lp);
+                if (!send(d)) return lost();
+                last = clock::now();
+              }
+            } else if (clock::now() - last > 1s) {
+              // An SSE comment: keeps proxies awake and finds clients that left while the request waits.
+              if (!sink.write(": ping\n\n", 8)) return lost();
+              last = clock::now();
+            }
+            if (done) break;
+          }
+          const Finish f = c->finish();
+          bool ok = true;
+          std::vector<ToolCall> calls;
+          if (chat) {
+            const ChatDelta cd = split.finish(&calls);
+            if (!cd.empty()) ok = send(chat_chunk(id, created, model, delta_json(cd), Finish::kNone));
+            if (ok && !calls.empty())
+              ok = send(chat_chunk(id, created, model, {{"tool_calls", tool_calls_json(calls, true)}}, Finish::kNone));
+          }
+          if (!ok) return lost();
+          if (f == Finish::kError) {
+            ok = send(error_of(500, c->error(), "server_error").body());
+          } else {
+            json last_chunk = chat ? chat_chunk(id, created, model, json::object(), f) : completion_chunk(id, created, model, "", f);
+            if (!calls.empty() && f == Finish::kStop) last_chunk["choices"][0]["finish_reason"] = "tool_calls";
+            ok = send(last_chunk);
+          }
+          if (ok && include_usage)
+            ok = send(usage_chunk(chat ? "chat.completion.chunk" : "text_completion", id, created, model,
+                                  usage_json(c->n_prompt(), c->n_completion(), c->n_cached())));
+          if (ok) ok = sink.write("data: [DONE]\n\n", 14);
+          if (!ok) return lost();
+          sink.done();
+          return true;
+        },
+        [c](bool success) {
+          if (!success) c->cancel();
+        });
+    return;
+  }
+  // Not streaming: the body is sent when the request ends. While it runs, a space (JSON allows leading
+  // whitespace) goes out every second so a client that left is noticed and its request cancelled.
+  res.set_chunked_content_provider(
+      "application/json",
+      [=](size_t, httplib::DataSink& sink) {
+        std::string text;
+        std::vector<TokenLogprob> lps;
+        auto last = clock::now();
+        while (!c->wait(&text, 100ms, &lps)) {
+          if (clock::now() - last > 1s) {
+            if (!sink.write(" ", 1)) return lost();
+            last = clock::now();
+          }
+        }
+        const Finish f = c->finish();
+        const json usage = usage_json(c->n_prompt(), c->n_completion(), c->n_cached());
+        json lp = !want_logprobs ? json(nullptr) : chat ? chat_logprobs(lps, *tokp) : completion_logprobs(lps, *tokp, 0);
+        json out;
+        if (f == Finish::kError) {
+          out = error_of(500, c->error(), "server_error").body();
+        } else if (chat) {
+          ChatOutputSplitter split(split_reasoning, tools);
+          ChatDelta d = split.push(forced);
+          d.reasoning.clear();  // the forced text closes an empty think block: nothing to show
+          const ChatDelta rest = split.push(text);
+          d.reasoning += rest.reasoning;
+          d.content += rest.content;
+          std::vector<ToolCall> calls;
+          const ChatDelta tail = split.finish(&calls);
+          d.reasoning += tail.reasoning;
+          d.content += tail.content;
+          json message{{"role", "assistant"}, {"content", d.content}};
+          if (!d.reasoning.empty()) message["reasoning_content"] = d.reasoning;
+          if (!calls.empty()) {
+            while (!d.content.empty() && (d.content.back() == '\n' || d.content.back() == ' ')) d.content.pop_back();
+            message["content"] = d.content.empty() ? json(nullptr) : json(d.content);
+            message["tool_calls"] = tool_calls_json(calls, false);
+          }
+          out = chat_response(id, created, model, message, f, usage, lp);
+          if (!calls.empty() && f == Finish::kStop) out["choices"][0]["finish_reason"] = "tool_calls";
+        } else {
+          out = completion_response(id, created, model, text, f, usage, lp);
+        }
+        const std::string s = to_text(out);
+        if (!sink.write(s.data(), s.size())) return lost();
+        sink.done();
+        return true;
+      },
+      [c](bool success) {
+        if (!success) c->cancel();
+      });
+}
+
+std::string Server::metrics_text() {
+  const SchedulerStats s = sched_.stats();
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help) {
+    out += strf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+  };
+  {
+    std::lock_guard lk(stats_m_);
+    metric("tern_http_requests_total", "counter", "HTTP requests received, by endpoint.");
+    for (const auto& [ep, n] : requests_) out += strf("tern_http_requests_total{endpoint=\"%s\"} %lld\n", ep.c_str(), static_cast<long long>(n));
+    metric("tern_http_errors_total", "counter", "HTTP error responses, by status.");
+    for (const auto& [st, n] : errors_) out += strf("tern_http_errors_total{status=\"%d\"} %lld\n", st, static_cast<long long>(n));
+  }
+  auto line = [&](const char* name, const char* type, const char* help, double v) {
+    metric(name, type, help);
+    out += strf("%s %.17g\n", name, v);
+  };
+  line("tern_requests_finished_total", "counter", "Generation requests that ran to the end.", static_cast<double>(s.requests_done));
+  line("tern_requests_cancelled_total", "counter", "Generation requests cancelled (client left or stop).", static_cast<double>(s.requests_cancelled));
+  line("tern_client_disconnects_total", "counter", "Clients that left before their answer was complete.", static_cast<double>(disconnects_.load()));
+  line("tern_prompt_tokens_total", "counter", "Prompt tokens processed.", static_cast<double>(s.prompt_tokens));
+  line("tern_completion_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.completion_tokens));
+  line("tern_forward_steps_total", "counter", "Batched forward steps run.", static_cast<double>(s.steps));
+  line("tern_forward_seconds_total", "counter", "Seconds spent in forward steps.", s.busy_seconds);
+  line("tern_tokens_per_second", "gauge", "(Prompt + generated) tokens per forward second since start.",
+       s.busy_seconds > 0 ? static_cast<double>(s.prompt_tokens + s.completion_tokens) / s.busy_seconds : 0.0);
+  line("tern_prefix_cache_hits_total", "counter", "Requests that resumed from a cached prefix.", static_cast<double>(s.cache.hits));
+  line("tern_prefix_cache_misses_total", "counter", "Requests that found no cached prefix.", static_cast<double>(s.cache.misses));
+  line("tern_prefix_cache_tokens_reused_total", "counter", "Prompt tokens not processed thanks to the cache.", static_cast<double>(s.cache.tokens_reused));
+  line("tern_prefix_cache_evictions_total", "counter", "Snapshots evicted to stay within the budget.", static_cast<double>(s.cache.evictions));
+  line("tern_prefix_cache_entries", "gauge", "Snapshots held.", static_cast<double>(s.cache.entries));
+  line("tern_prefix_cache_bytes", "gauge", "Bytes held by snapshots.", static_cast<double>(s.cache.bytes));
+  line("tern_prefix_cache_budget_bytes", "gauge", "Prefix-cache budget (--cache-mib).", static_cast<double>(s.cache.budget));
+  line("tern_queue_depth", "gauge", "Requests waiting for a free sequence.", static_cast<double>(s.queued));
+  line("tern_sequences_active", "gauge", "Sequences running now.", static_cast<double>(s.active));
+  line("tern_sequences_max", "gauge", "Sequences that can run at once (--parallel).", static_cast<double>(sched_.parallel()));
+  return out;
+}
+
+}  // namespace tern::serve

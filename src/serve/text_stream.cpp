@@ -1,0 +1,30 @@
+#include "serve/text_stream.h"
+
+#include "runtime/stop.h"
+
+namespace tern::serve {
+
+TextStream::TextStream(const text::Tokenizer& tok, std::vector<std::string> stops)
+    : dec_(tok, /*skip_special=*/false), stops_(std::move(stops)) {}
+
+std::string TextStream::take(size_t upto) {
+  if (upto <= emitted_) return {};
+  std::string piece = text_.substr(emitted_, upto - emitted_);
+  emitted_ = upto;
+  return piece;
+}
+
+std::string TextStream::push(int32_t id, bool* stopped) {
+  text_ += dec_.push(id);
+  runtime::StopMatch m = runtime::find_stop(text_, stops_);
+  *stopped = m.stopped;
+  return take(m.emit_upto);
+}
+
+std::string TextStream::finish() {
+  text_ += dec_.flush();
+  runtime::StopMatch m = runtime::find_stop(text_, stops_);
+  return take(m.stopped ? m.emit_upto : text_.size());
+}
+
+}  // namespace tern::serve

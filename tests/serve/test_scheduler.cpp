@@ -1,0 +1,336 @@
+// Scheduler: a sequence's tokens are the same alone or batched with others (greedy and seeded sampling, with
+// chunked prefill running beside decoding streams), requests that cannot fit are refused, cancel frees a sequence.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "core/error.h"
+#include "runtime/generate.h"
+#include "serve/scheduler.h"
+#include "text/gguf_vocab.h"
+
+using namespace tern;
+using namespace tern::serve;
+
+namespace {
+
+const char* kModel = TERN_FIXTURES_DIR "/../../models/tern-tiny-q35moe.gguf";
+
+struct Fixture {
+  std::unique_ptr<runtime::Engine> engine;
+  std::unique_ptr<text::Tokenizer> tok;
+};
+
+Fixture& model() {
+  static Fixture f = [] {
+    runtime::EngineOptions o;
+    o.model_path = kModel;
+    o.n_ctx = 256;
+    o.threads = 1;  // tests share two cores with other jobs; results do not depend on the thread count
+    Fixture x;
+    x.engine = std::make_unique<runtime::Engine>(o);
+    x.tok = std::make_unique<text::Tokenizer>(text::tokenizer_data_from_gguf(*x.engine->model().file));
+    return x;
+  }();
+  return f;
+}
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::string text;
+  Finish finish;
+};
+
+// Requests leave their sequence just after they post the end; stats settle a moment later.
+void settle(const Scheduler& s) {
+  for (int i = 0; i < 500 && s.stats().active > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
+Outcome drain(Completion& c) {
+  Outcome o;
+  while (!c.wait(&o.text, std::chrono::milliseconds(200))) {}
+  o.tokens = c.tokens();
+  o.finish = c.finish();
+  return o;
+}
+
+std::vector<int32_t> prompt_of(int n, int salt) {
+  std::vector<int32_t> p;
+  const std::string words = "And the light shineth in darkness; and the darkness comprehended it not. ";
+  std::string s;
+  while (static_cast<int>(p.size()) < n) {
+    s += words.substr(salt % 7) + std::to_string(salt) + " ";
+    p = model().tok->encode(s, false);
+  }
+  p.resize(n);
+  return p;
+}
+
+GenRequest request(int n_prompt, int salt, int max_tokens, bool sampled = false) {
+  GenRequest r;
+  r.prompt = prompt_of(n_prompt, salt);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.sampling.temperature = sampled ? 0.9f : 0.0f;
+  r.sampling.seed = 1234 + salt;
+  return r;
+}
+
+}  // namespace
+
+// The same requests, run one at a time and then five at once over three sequences (two wait in the queue), with a
+// prompt budget of 32 tokens per step so long prompts are chunked beside running streams.
+TEST(Scheduler, BatchedEqualsAlone) {
+  std::vector<GenRequest> reqs = {request(5, 1, 20), request(70, 2, 12), request(150, 3, 20, true),
+                                  request(33, 4, 16), request(9, 5, 24, true)};
+  SchedulerOptions so;
+  so.batch = 32;
+  std::vector<Outcome> alone;
+  {
+    so.parallel = 1;
+    Scheduler s(*model().engine, *model().tok, so);
+    for (const auto& r : reqs) alone.push_back(drain(*s.submit(r)));
+  }
+  so.parallel = 3;
+  Scheduler s(*model().engine, *model().tok, so);
+  std::vector<std::shared_ptr<Completion>> cs;
+  for (const auto& r : reqs) cs.push_back(s.submit(r));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Outcome b = drain(*cs[i]);
+    EXPECT_EQ(b.tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(b.text, alone[i].text) << "request " << i;
+    EXPECT_EQ(b.finish, Finish::kLength);
+    EXPECT_EQ(static_cast<int>(b.tokens.size()), reqs[i].max_tokens);
+  }
+  settle(s);
+  SchedulerStats st = s.stats();
+  EXPECT_EQ(st.requests_done, 5);
+  EXPECT_EQ(st.active, 0);
+  EXPECT_EQ(st.queued, 0);
+  EXPECT_EQ(st.prompt_tokens, 5 + 70 + 150 + 33 + 9);
+}
+
+// A prompt shorter than the step budget is fed in one piece, so the scheduler gives what generate() gives.
+TEST(Scheduler, MatchesGenerate) {
+  GenRequest r = request(40, 7, 16);
+  r.ignore_eos = false;
+  auto seq = model().engine->new_sequence();
+  runtime::Sampler sampler(r.sampling);
+  runtime::GenerateOptions g;
+  g.n_predict = r.max_tokens;
+  runtime::GenerateResult ref = runtime::generate(*model().engine, *seq, *model().tok, sampler, r.prompt, g, nullptr);
+  SchedulerOptions so;
+  Scheduler s(*model().engine, *model().tok, so);
+  Outcome o = drain(*s.submit(r));
+  EXPECT_EQ(o.tokens, ref.tokens);
+  EXPECT_EQ(o.text, ref.text);
+}
+
+TEST(Scheduler, StopString) {
+  SchedulerOptions so;
+  Scheduler s(*model().engine, *model().tok, so);
+  Outcome full = drain(*s.submit(request(12, 8, 40)));
+  ASSERT_GT(full.text.size(), 12u);
+  GenRequest r = request(12, 8, 40);
+  const std::string stop = full.text.substr(full.text.size() / 2, 3);
+  r.stop = {stop};
+  Outcome o = drain(*s.submit(r));
+  EXPECT_EQ(o.finish, Finish::kStop);
+  EXPECT_EQ(o.text, full.text.substr(0, full.text.find(stop)));
+}
+
+TEST(Scheduler, RefusesWhatCannotFit) {
+  SchedulerOptions so;
+  Scheduler s(*model().engine, *model().tok, so);
+  EXPECT_EQ(s.n_ctx(), 256);
+  try {
+    s.submit(request(200, 1, 100));
+    FAIL() << "accepted a request over the context";
+  } catch (const AdmissionError& e) {
+    EXPECT_FALSE(e.queue_full);
+    EXPECT_NE(std::string(e.what()).find("300 tokens"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(s.submit(request(256, 1, -1)), AdmissionError);  // no room for even one generated token
+  GenRequest empty = request(5, 1, 4);
+  empty.prompt.clear();
+  EXPECT_THROW(s.submit(empty), AdmissionError);
+  GenRequest bad_id = request(5, 1, 4);
+  bad_id.prompt[2] = 1 << 30;
+  EXPECT_THROW(s.submit(bad_id), AdmissionError);
+  GenRequest bad_p = request(5, 1, 4);
+  bad_p.sampling.top_p = 0;
+  EXPECT_THROW(s.submit(bad_p), Error);
+  // Nothing was queued by the refusals; a fitting request still runs.
+  Outcome o = drain(*s.submit(request(200, 1, 56)));
+  EXPECT_EQ(o.tokens.size(), 56u);
+  settle(s);
+  EXPECT_EQ(s.stats().requests_done, 1);
+}
+
+TEST(Scheduler, QueueFull) {
+  SchedulerOptions so;
+  so.parallel = 1;
+  so.max_queue = 0;
+  Scheduler s(*model().engine, *model().tok, so);
+  auto a = s.submit(request(10, 1, 200));
+  std::string text;
+  while (a->n_generated() == 0 && !a->wait(&text, std::chrono::milliseconds(5))) {}  // a holds the only sequence
+  try {
+    s.submit(request(10, 2, 4));
+    FAIL() << "queued past --max-queue";
+  } catch (const AdmissionError& e) {
+    EXPECT_TRUE(e.queue_full);
+  }
+  a->cancel();
+  drain(*a);
+}
+
+TEST(Scheduler, CancelFreesTheSequence) {
+  SchedulerOptions so;
+  so.parallel = 2;
+  Scheduler s(*model().engine, *model().tok, so);
+  auto a = s.submit(request(10, 1, 240));
+  auto b = s.submit(request(10, 2, 8));
+  std::string text;
+  while (a->n_generated() < 3) a->wait(&text, std::chrono::milliseconds(5));
+  a->cancel();
+  Outcome oa = drain(*a);
+  EXPECT_EQ(oa.finish, Finish::kCancelled);
+  EXPECT_LT(oa.tokens.size(), 240u);
+  Outcome ob = drain(*b);
+  EXPECT_EQ(ob.tokens.size(), 8u);
+  // The freed sequence takes new work, and a request cancelled while queued never runs.
+  auto c = s.submit(request(10, 3, 8));
+  EXPECT_EQ(drain(*c).tokens.size(), 8u);
+  auto d = s.submit(request(10, 4, 200)), e = s.submit(request(10, 5, 200)), f = s.submit(request(10, 6, 8));
+  f->cancel();
+  Outcome of = drain(*f);
+  EXPECT_EQ(of.finish, Finish::kCancelled);
+  EXPECT_TRUE(of.tokens.empty());
+  d->cancel();
+  e->cancel();
+  drain(*d);
+  drain(*e);
+  settle(s);
+  SchedulerStats st = s.stats();
+  EXPECT_EQ(st.active, 0);
+  EXPECT_EQ(st.requests_cancelled, 4);
+  EXPECT_EQ(st.requests_done, 2);
+}
+
+// A follow-up turn resumes from the cached end of the previous answer (or an earlier end of message) and gives
+// exactly the tokens a server without the cache gives.
+TEST(Scheduler, PrefixCacheSameOutput) {
+  const int32_t im_end = *model().tok->find_token("<|im_end|>");
+  std::vector<int32_t> p1 = prompt_of(30, 1);
+  p1[12] = im_end;  // an end of message inside the prompt
+  GenRequest r1 = request(5, 1, 20);
+  r1.prompt = p1;
+  std::vector<Outcome> out[2];
+  std::vector<int64_t> cached;
+  for (int with_cache = 0; with_cache < 2; ++with_cache) {
+    SchedulerOptions so;
+    so.batch = 16;
+    so.cache_bytes = with_cache ? size_t{64} << 20 : 0;
+    Scheduler s(*model().engine, *model().tok, so);
+    Outcome o1 = drain(*s.submit(r1));
+    GenRequest r2 = r1;  // turn 2: turn 1 + its answer (all but the unfed last token) + new tokens
+    r2.prompt.insert(r2.prompt.end(), o1.tokens.begin(), o1.tokens.end() - 1);
+    for (int32_t t : prompt_of(10, 2)) r2.prompt.push_back(t);
+    GenRequest r3 = r1;  // shares only the first message with turn 1
+    r3.prompt.resize(13);
+    for (int32_t t : prompt_of(25, 3)) r3.prompt.push_back(t);
+    auto c2 = s.submit(r2);
+    Outcome o2 = drain(*c2);
+    auto c3 = s.submit(r3);
+    Outcome o3 = drain(*c3);
+    out[with_cache] = {o1, o2, o3};
+    if (with_cache) {
+      cached = {c2->n_cached(), c3->n_cached()};
+      EXPECT_EQ(s.stats().cache.hits, 2);
+      EXPECT_LE(s.stats().cache.bytes, s.stats().cache.budget);
+    } else {
+      EXPECT_EQ(c2->n_cached(), 0);
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[0][i].tokens, out[1][i].tokens) << "turn " << i;
+    EXPECT_EQ(out[0][i].text, out[1][i].text) << "turn " << i;
+  }
+  ASSERT_EQ(cached.size(), 2u);
+  EXPECT_EQ(cached[0], static_cast<int64_t>(p1.size() + out[1][0].tokens.size() - 1));  // the whole first answer
+  EXPECT_EQ(cached[1], 13);                                                            // the first message
+}
+
+TEST(PrefixCache, LeastRecentlyUsedWithinBudget) {
+  auto& e = *model().engine;
+  auto snapshot = [&](int salt, int n) {
+    auto st = e.new_sequence();
+    std::vector<int32_t> toks = prompt_of(n, salt);
+    e.eval(*st, toks);
+    return std::make_pair(toks, std::move(st));
+  };
+  auto [t1, s1] = snapshot(1, 20);
+  PrefixCache probe(size_t{1} << 30, e.config().n_layer);
+  probe.insert(t1, *s1);
+  const size_t one = probe.stats().bytes;
+  ASSERT_GT(one, 0u);
+  PrefixCache cache(one * 5 / 2, e.config().n_layer);  // room for two
+  auto [t2, s2] = snapshot(2, 20);
+  auto [t3, s3] = snapshot(3, 20);
+  cache.insert(t1, *s1);
+  cache.insert(t2, *s2);
+  std::vector<int32_t> longer = t1;
+  longer.push_back(5);
+  auto fresh = e.new_sequence();
+  EXPECT_EQ(cache.restore(longer, *fresh), 20);  // t1 is now the most recently used
+  EXPECT_EQ(fresh->n_past(), 20);
+  cache.insert(t3, *s3);                          // evicts t2
+  EXPECT_TRUE(cache.contains(t1));
+  EXPECT_FALSE(cache.contains(t2));
+  EXPECT_TRUE(cache.contains(t3));
+  EXPECT_EQ(cache.stats().evictions, 1);
+  EXPECT_LE(cache.stats().bytes, cache.stats().budget);
+  auto other = e.new_sequence();
+  EXPECT_EQ(cache.restore(t1, *other), 0);        // a whole prompt is never a hit: one token must remain
+  PrefixCache tiny(one / 2, e.config().n_layer);  // a snapshot over the budget is not kept
+  tiny.insert(t1, *s1);
+  EXPECT_EQ(tiny.stats().entries, 0);
+}
+
+// Log-probabilities: one entry per generated token (end token excluded), log-softmax of the logits; greedy tokens
+// are their own most likely alternative.
+TEST(Scheduler, Logprobs) {
+  SchedulerOptions so;
+  Scheduler s(*model().engine, *model().tok, so);
+  GenRequest r = request(12, 4, 10);
+  r.top_logprobs = 3;
+  auto c = s.submit(r);
+  std::string text;
+  std::vector<TokenLogprob> lps;
+  while (!c->wait(&text, std::chrono::milliseconds(200), &lps)) {}
+  ASSERT_EQ(lps.size(), c->tokens().size());
+  for (size_t i = 0; i < lps.size(); ++i) {
+    EXPECT_EQ(lps[i].id, c->tokens()[i]);
+    ASSERT_EQ(lps[i].top.size(), 3u);
+    EXPECT_EQ(lps[i].top[0].first, lps[i].id);
+    EXPECT_EQ(lps[i].top[0].second, lps[i].logprob);
+    EXPECT_LE(lps[i].logprob, 0.0f);
+    EXPECT_GE(lps[i].top[0].second, lps[i].top[1].second);
+    EXPECT_GE(lps[i].top[1].second, lps[i].top[2].second);
+    double p = 0;
+    for (const auto& t : lps[i].top) p += std::exp(t.second);
+    EXPECT_LE(p, 1.0 + 1e-5);
+  }
+  // The same request without log-probabilities gives the same tokens and none.
+  r.top_logprobs = -1;
+  auto c2 = s.submit(r);
+  std::vector<TokenLogprob> none;
+  text.clear();
+  while (!c2->wait(&text, std::chrono::milliseconds(200), &none)) {}
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(c2->tokens(), c->tokens());
+}
