@@ -16,7 +16,8 @@ static std::string check_schema(const nlohmann::ordered_json& s, const std::stri
   static const char* kKeys[] = {"type", "properties", "required", "additionalProperties", "items", "enum", "const",
                                 "title", "description", "default", "examples", "$schema"};
   if (!s.is_object()) return path + ": a schema must be an object";
-  for (const auto& [k, v] : s.items()) {
+  for (const auto& item : s.items()) {
+    const std::string& k = item.key();  // a named copy: clang 14 cannot capture structured bindings
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* x) { return k == x; }) == std::end(kKeys))
       return path + ": the keyword '" + k + "' is not supported";
   }
