@@ -13,23 +13,9 @@ if ! python3 -c 'import openai' 2>/dev/null; then
   python3 -m pip install --quiet openai || { echo "FAIL: could not install the openai package"; exit 1; }
 fi
 tmp=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 KEY="sk-tern-test-$$"
-"$TERN" serve -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c 512 --parallel 4 --batch 64 -t 1 --api-key "$KEY" \
-  2>"$tmp/server.log" &
-pid=$!
-cleanup() { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-python3 - "$PORT" <<'PY' || { echo "FAIL: server did not come up"; cat "$tmp/server.log"; exit 1; }
-import sys, time, urllib.request
-for _ in range(300):
-    try:
-        urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=1).read()
-        sys.exit(0)
-    except Exception:
-        time.sleep(0.1)
-sys.exit(1)
-PY
+. "$(dirname "$0")/lib/serve_start.sh"
+start_server -m "$MODEL" -c 512 --parallel 4 --batch 64 -t 1 --api-key "$KEY"
 # Under AddressSanitizer freed memory sits in its quarantine, so RSS is no measure of leaks there (LeakSanitizer is).
 RSS_CHECK=1
 if ldd "$TERN" 2>/dev/null | grep -q libasan; then RSS_CHECK=0; echo "serve_openai: ASan build: RSS flatness not checked (LeakSanitizer checks leaks)"; fi

@@ -10,21 +10,8 @@ MODEL=$FIX/../../models/tern-tiny-q35moe.gguf
 CHROME=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$CHROME" ]; then echo "FAIL: chromium not found (run scripts/install-deps.sh)"; exit 1; fi
 tmp=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$TERN" serve -m "$MODEL" --port "$PORT" -c 4096 -t 1 2>"$tmp/server.log" &
-pid=$!
-cleanup() { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-python3 - "$PORT" <<'PY' || { echo "FAIL: server did not come up"; cat "$tmp/server.log"; exit 1; }
-import sys, time, urllib.request
-for _ in range(300):
-    try:
-        urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=1).read()
-        sys.exit(0)
-    except Exception:
-        time.sleep(0.1)
-sys.exit(1)
-PY
+. "$(dirname "$0")/lib/serve_start.sh"
+start_server -m "$MODEL" -c 4096 -t 1
 python3 "$TESTS/serve/web_page_test.py" "$CHROME" "http://127.0.0.1:$PORT" "$tmp/profile"
 rc=$?
 if [ $rc -ne 0 ]; then echo "--- server log"; tail -20 "$tmp/server.log"; fi
