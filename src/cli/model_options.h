@@ -8,15 +8,30 @@ namespace tern::cli {
 // How a command treats a missing -m: an error, or the model bundled with tern (models/tern-tiny-q35moe.gguf).
 enum class ModelArg { kRequired, kBundledDefault };
 
-inline void add_engine_options(CLI::App& app, runtime::EngineOptions& o, ModelArg arg = ModelArg::kRequired) {
+// -c, --kv-type, --mem-budget, --expert-cache: what sizes memory (shared by the engine commands and `tern plan`).
+inline void add_memory_options(CLI::App& app, runtime::EngineOptions& o) {
+  app.add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (0: the model's, capped by free memory)");
+  app.add_option("--kv-type", o.kv_type, "KV cache element type: f16 or f32")->capture_default_str();
+  app.add_option("--mem-budget", o.mem_budget,
+                 "Memory budget, e.g. 12G: routed experts are streamed from the file through a cache that gets what "
+                 "the dense weights, state and buffers leave (default: no budget, everything memory-mapped)");
+  app.add_option("--expert-cache", o.expert_cache,
+                 "Stream routed experts through a cache of exactly N experts per layer (overrides the budget's choice)");
+}
+
+inline void add_model_option(CLI::App& app, runtime::EngineOptions& o, ModelArg arg) {
   auto* m = app.add_option("-m,--model", o.model_path,
                            arg == ModelArg::kRequired ? "Model file (GGUF)"
                                                       : "Model file (GGUF; default: the bundled tern-tiny model)");
   if (arg == ModelArg::kRequired) m->required();
-  app.add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (0: the model's, capped by free memory)");
+}
+
+inline void add_engine_options(CLI::App& app, runtime::EngineOptions& o, ModelArg arg = ModelArg::kRequired) {
+  add_model_option(app, o, arg);
+  add_memory_options(app, o);
   app.add_option("-t,--threads", o.threads, "Threads (0: all hardware threads)");
-  app.add_option("--kv-type", o.kv_type, "KV cache element type: f16 or f32")->capture_default_str();
   app.add_option("--dump-tensors", o.dump_dir, "Write every named intermediate as DIR/<name>.npy");
+  app.add_flag("--stats", o.stats, "Print expert-cache counters and memory use (resident, peak, plan) at the end");
 }
 
 // The bundled model's path: next to the binary (<bin>/../models or <bin>/models), else the source tree it was

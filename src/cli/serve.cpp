@@ -79,6 +79,9 @@ static RunFn setup_serve(CLI::App& app) {
     if (o->sched.parallel < 1) fail("--parallel must be >= 1 (got %d)", o->sched.parallel);
     if (o->cache_mib < 0) fail("--cache-mib must be >= 0 (got %lld)", static_cast<long long>(o->cache_mib));
     o->sched.cache_bytes = static_cast<size_t>(o->cache_mib) << 20;
+    o->engine.n_parallel = o->sched.parallel;  // for the memory plan
+    o->engine.batch_rows = o->sched.batch + o->sched.parallel;
+    o->engine.prefix_cache_bytes = o->sched.cache_bytes;
     TextModel tm(o->engine);
     std::unique_ptr<text::ChatTemplate> tpl;
     if (tm.chat_template) tpl = std::make_unique<text::ChatTemplate>(*tm.chat_template);

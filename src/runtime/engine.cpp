@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -20,33 +22,60 @@ using models::qwen35moe::SequenceState;
 
 namespace {
 
-double available_memory_bytes() {
-  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<double>(pages) * page : 4e9;
-}
-
-// Reads the mapped file into the page cache once, in order, with a progress bar on a terminal, so the first
-// tokens do not pay a storm of page faults. A file larger than half the available memory is left to fault
-// in on demand (reading it all would only evict itself).
-void warm_pages(const gguf::File& f) {
-  const uint64_t total = f.file_size();
-  if (static_cast<double>(total) > available_memory_bytes() / 2) {
+// Reads weights into the page cache once, in order, with a progress bar on a terminal, so the first tokens do
+// not pay a storm of page faults: the whole file when experts are mapped, only the dense tensors when they are
+// streamed (the expert pages of the mapping are then never touched). Without a budget, a file larger than half
+// the available memory is left to fault in on demand (reading it all would only evict itself).
+void warm_pages(const gguf::File& f, const MemoryPlan& plan) {
+  const uint64_t total = plan.streamed ? plan.dense : f.file_size();
+  if (plan.budget == 0 && static_cast<double>(total) > available_memory_bytes() / 2) {
     log::info("%s: %.1f GiB is more than half the available memory; weights are read on demand", f.name().c_str(),
               total / 1073741824.0);
     return;
   }
-  constexpr uint64_t kSlice = uint64_t{64} << 20;  // a multiple of the page size, so slices stay page-aligned
-  const long page = std::max(sysconf(_SC_PAGESIZE), 512L);
+  struct Range {
+    const uint8_t* p;
+    uint64_t n;
+  };
+  std::vector<Range> ranges;
+  if (!plan.streamed) {
+    ranges.push_back({f.base(), f.file_size()});
+  } else {
+    for (const gguf::TensorInfo& t : f.tensors())
+      if (t.name.find("_exps.") == std::string_view::npos) ranges.push_back({t.data, t.n_bytes});
+  }
+  constexpr uint64_t kSlice = uint64_t{64} << 20;
+  const uint64_t page = static_cast<uint64_t>(std::max(sysconf(_SC_PAGESIZE), 512L));
   ProgressBar bar("loading");
-  const uint8_t* base = f.base();
   uint8_t sink = 0;
-  for (uint64_t off = 0; off < total; off += kSlice) {
-    const uint64_t n = std::min(kSlice, total - off);
-    madvise(const_cast<uint8_t*>(base + off), n, MADV_WILLNEED);  // advisory; failure only costs speed
-    for (uint64_t i = 0; i < n; i += static_cast<uint64_t>(page)) sink ^= base[off + i];
-    bar.update(off + n, total);
+  uint64_t done = 0;
+  for (const Range& r : ranges) {
+    for (uint64_t off = 0; off < r.n; off += kSlice) {
+      const uint64_t n = std::min(kSlice, r.n - off);
+      const uint8_t* p = r.p + off;
+      const uintptr_t aligned = reinterpret_cast<uintptr_t>(p) & ~(page - 1);  // madvise wants a page start
+      madvise(reinterpret_cast<void*>(aligned), n + (reinterpret_cast<uintptr_t>(p) - aligned), MADV_WILLNEED);
+      for (uint64_t i = 0; i < n; i += page) sink ^= p[i];
+      done += n;
+      bar.update(std::min(done, total), total);
+    }
   }
   asm volatile("" : : "r"(sink));  // keep the reads
+}
+
+uint64_t status_kib(const char* key) {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  uint64_t v = 0;
+  const size_t n = std::strlen(key);
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, key, n) == 0 && line[n] == ':') {
+      v = std::strtoull(line + n + 1, nullptr, 10);
+      break;
+    }
+  std::fclose(f);
+  return v;
 }
 
 }  // namespace
@@ -59,19 +88,35 @@ Engine::Engine(const EngineOptions& o) {
   else fail("--kv-type '%s' is not supported (supported: f16, f32)", o.kv_type.c_str());
   if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (got %lld)", static_cast<long long>(o.n_ctx));
 
+  if (o.expert_cache < 0) fail("--expert-cache must be >= 0 (got %lld)", static_cast<long long>(o.expert_cache));
+  const uint64_t budget = o.mem_budget.empty() ? 0 : parse_size(o.mem_budget, "--mem-budget");
+  stats_ = o.stats;
+
   model_ = Model::load(o.model_path);
-  warm_pages(*model_->file);
   const auto& c = model_->config;
   if (o.n_ctx > 0) {
     n_ctx_ = o.n_ctx;
   } else {
-    // Default: the training context, capped so one sequence's state fits in half the available memory.
-    const double avail = available_memory_bytes();
-    n_ctx_ = c.n_ctx_train;
-    while (n_ctx_ > 256 && static_cast<double>(SequenceState::bytes_for(c, n_ctx_, kv_type_)) > avail / 2) n_ctx_ /= 2;
+    n_ctx_ = default_n_ctx(c, kv_type_, o.n_parallel, budget);
     log::info("context size %lld (model trained for %lld%s)", static_cast<long long>(n_ctx_),
-              static_cast<long long>(c.n_ctx_train), n_ctx_ < c.n_ctx_train ? ", capped by available memory" : "");
+              static_cast<long long>(c.n_ctx_train),
+              n_ctx_ < c.n_ctx_train ? (budget ? ", capped by --mem-budget" : ", capped by available memory") : "");
   }
+
+  MemoryRequest req;
+  req.n_ctx = n_ctx_;
+  req.n_parallel = o.n_parallel;
+  req.kv_type = kv_type_;
+  req.batch_rows = o.batch_rows;
+  req.budget = budget;
+  req.expert_slots = o.expert_cache;
+  req.prefix_cache = o.prefix_cache_bytes;
+  plan_ = plan_memory(*model_->file, c, req);
+  if (budget > 0 || plan_.streamed) log::info("memory plan:\n%s", format_plan(plan_).c_str());
+  else log::info("memory: %s", plan_.verdict.c_str());
+  if (!plan_.fits) fail("--mem-budget %s: %s", o.mem_budget.c_str(), plan_.verdict.c_str());
+  warm_pages(*model_->file, plan_);
+
   log::info("%s: %s, %lld layers (%lld attention, %lld DeltaNet), %lld experts top-%lld, %d threads, kernels %s",
             o.model_path.c_str(), c.arch.c_str(), static_cast<long long>(c.n_layer),
             static_cast<long long>(c.n_attention_layers()), static_cast<long long>(c.n_deltanet_layers()),
@@ -79,8 +124,34 @@ Engine::Engine(const EngineOptions& o) {
             isa_name(quant::active_isa()));
   models::TensorDump dump;
   if (!o.dump_dir.empty()) dump = models::TensorDump(o.dump_dir);
-  forward_ = std::make_unique<models::qwen35moe::Forward>(*model_, std::move(dump));
+  forward_ = std::make_unique<models::qwen35moe::Forward>(*model_, std::move(dump), plan_.streamed ? plan_.slots : 0);
 }
+
+Engine::~Engine() {
+  if (stats_) print_stats();
+}
+
+void Engine::print_stats() const {
+  const auto& st = forward_->experts().stats();
+  const ResidentSet rss = resident_set();
+  if (forward_->experts().streamed()) {
+    const uint64_t uses = st.hits + st.misses;
+    std::fprintf(stderr,
+                 "expert cache: %lld of %lld experts per layer, %llu hits, %llu misses (hit rate %.1f%%), "
+                 "%s read, %.3f s waiting on reads\n",
+                 static_cast<long long>(forward_->experts().slots()), static_cast<long long>(config().n_expert),
+                 static_cast<unsigned long long>(st.hits), static_cast<unsigned long long>(st.misses),
+                 uses ? 100.0 * static_cast<double>(st.hits) / static_cast<double>(uses) : 0.0,
+                 format_bytes(st.bytes_read).c_str(), st.read_seconds);
+  } else {
+    std::fprintf(stderr, "expert cache: off (experts memory-mapped)\n");
+  }
+  std::fprintf(stderr, "memory: resident %s now, %s peak; plan %s%s%s\n", format_bytes(rss.now).c_str(),
+               format_bytes(rss.peak).c_str(), format_bytes(plan_.total()).c_str(),
+               plan_.budget ? ", budget " : "", plan_.budget ? format_bytes(plan_.budget).c_str() : "");
+}
+
+ResidentSet resident_set() { return {status_kib("VmRSS") * 1024, status_kib("VmHWM") * 1024}; }
 
 std::unique_ptr<SequenceState> Engine::new_sequence() const {
   return std::make_unique<SequenceState>(model_->config, n_ctx_, kv_type_);
@@ -89,9 +160,26 @@ std::unique_ptr<SequenceState> Engine::new_sequence() const {
 const std::vector<float>& Engine::eval(SequenceState& seq, const std::vector<int32_t>& tokens, bool all_logits) {
   std::vector<models::qwen35moe::SeqInput> batch(1);
   batch[0].state = &seq;
-  batch[0].tokens = tokens;
   batch[0].all_logits = all_logits;
-  return forward_->run(batch);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n <= kMaxBatchRows) {
+    batch[0].tokens = tokens;
+    return forward_->run(batch);
+  }
+  // Long prompts go in chunks (bounded buffers); every row's result is the same as in one forward.
+  const bool bad_token = std::any_of(tokens.begin(), tokens.end(), [&](int32_t t) { return t < 0 || t >= config().n_vocab; });
+  if (bad_token || seq.n_past() + n > seq.n_ctx()) {
+    batch[0].tokens = tokens;
+    return forward_->run(batch);  // refused with the usual error before any state changes
+  }
+  all_logits_.clear();
+  const std::vector<float>* last = nullptr;
+  for (int64_t i = 0; i < n; i += kMaxBatchRows) {
+    batch[0].tokens.assign(tokens.begin() + i, tokens.begin() + std::min(n, i + kMaxBatchRows));
+    last = &forward_->run(batch);
+    if (all_logits) all_logits_.insert(all_logits_.end(), last->begin(), last->end());
+  }
+  return all_logits ? all_logits_ : *last;
 }
 
 std::vector<int32_t> parse_token_list(const std::string& s) {

@@ -8,6 +8,7 @@
 
 #include "models/qwen35moe/forward.h"
 #include "models/qwen35moe/weights.h"
+#include "runtime/memory_plan.h"
 
 namespace tern::runtime {
 
@@ -17,11 +18,29 @@ struct EngineOptions {
   int threads = 0;             // 0: all hardware threads
   std::string kv_type = "f16"; // f16 | f32
   std::string dump_dir;        // --dump-tensors DIR: write named intermediates as .npy
+  std::string mem_budget;      // --mem-budget SIZE: stream experts through a cache so memory stays within SIZE
+  int64_t expert_cache = 0;    // --expert-cache N: stream with exactly N experts per layer cached
+  bool stats = false;          // --stats: print expert-cache counters and memory use when the engine ends
+  // Set by commands that hold several sequences or big batches (serve), for the memory plan.
+  int n_parallel = 1;
+  int64_t batch_rows = kMaxBatchRows;
+  uint64_t prefix_cache_bytes = 0;
 };
+
+// Resident set of this process now and at its peak (/proc/self/status VmRSS, VmHWM), in bytes.
+struct ResidentSet {
+  uint64_t now = 0, peak = 0;
+};
+ResidentSet resident_set();
 
 class Engine {
  public:
   explicit Engine(const EngineOptions& o);
+  ~Engine();  // prints the --stats report
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  const MemoryPlan& memory_plan() const { return plan_; }
+  void print_stats() const;
   const models::qwen35moe::Model& model() const { return *model_; }
   const models::qwen35moe::Config& config() const { return model_->config; }
   int64_t n_ctx() const { return n_ctx_; }
@@ -29,7 +48,8 @@ class Engine {
   std::unique_ptr<models::qwen35moe::SequenceState> new_sequence() const;
   models::qwen35moe::Forward& forward() { return *forward_; }
 
-  // Feeds tokens to one sequence; returns the logits of the last token (or of every token if all_logits).
+  // Feeds tokens to one sequence, in forwards of at most kMaxBatchRows tokens; returns the logits of the last
+  // token (or of every token if all_logits).
   const std::vector<float>& eval(models::qwen35moe::SequenceState& seq, const std::vector<int32_t>& tokens,
                                  bool all_logits = false);
 
@@ -38,6 +58,9 @@ class Engine {
   std::unique_ptr<models::qwen35moe::Forward> forward_;
   int64_t n_ctx_ = 0;
   ops::KvType kv_type_ = ops::KvType::kF16;
+  MemoryPlan plan_;
+  bool stats_ = false;
+  std::vector<float> all_logits_;
 };
 
 // Parses "1,2,3" (also spaces) into token ids; throws Error naming the bad item.

@@ -4,6 +4,7 @@
 // and a context overflow is refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -281,3 +282,55 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ModelFixture);
 
 // The fixtures above must exist: a missing fixture directory would otherwise silently run no model test.
 TEST(ModelFixtures, Present) { EXPECT_GE(all_cases().size(), 3u) << "expected committed GGUFs in " << kModels; }
+
+// Issue 8: routed experts streamed through a cache of 1, 2 or all experts per layer give exactly the logits of
+// the mapped file (the kernels see the same bytes; only where they live changes), prefill and decode alike,
+// and the cache counters add up: one lookup per (layer, expert used by the step), a read per miss.
+TEST_P(ModelFixture, SameLogitsAtAnyExpertCacheSize) {
+  auto model = Model::load(gguf().string());
+  const Config& c = model->config;
+  const std::vector<int32_t> prompt = {5, 9, 13, 2, 7, 30, 31, 4, 1, 17};
+  auto run = [&](int64_t slots, ExpertCacheStats* stats) {
+    SequenceState st(c, 64, ops::KvType::kF16);
+    Forward fw(*model, {}, slots);
+    std::vector<SeqInput> b(1);
+    b[0] = {&st, prompt, true};
+    std::vector<float> out = fw.run(b);
+    for (int i = 0; i < 6; ++i) {  // greedy decode, one token per forward
+      const int32_t t = runtime::argmax(out.data() + out.size() - static_cast<size_t>(c.n_vocab), c.n_vocab);
+      b[0] = {&st, {t}, false};
+      const std::vector<float>& lg = fw.run(b);
+      out.insert(out.end(), lg.begin(), lg.end());
+    }
+    EXPECT_EQ(fw.experts().streamed(), slots > 0);
+    if (stats) *stats = fw.experts().stats();
+    return out;
+  };
+  const std::vector<float> mapped = run(0, nullptr);
+  const size_t one_expert_all_layers = ExpertStore::cache_bytes(*model, 1);
+  for (int64_t slots : {int64_t{1}, int64_t{2}, c.n_expert}) {
+    if (slots > c.n_expert) continue;
+    ExpertCacheStats s;
+    EXPECT_EQ(run(slots, &s), mapped) << slots << " experts per layer cached";
+    EXPECT_GT(s.misses, 0u);
+    EXPECT_LE(s.misses, s.hits + s.misses);
+    // Every step uses between top-k and top-k x rows distinct experts per layer.
+    const uint64_t uses = s.hits + s.misses, steps = 7, layers = static_cast<uint64_t>(c.n_layer);
+    EXPECT_GE(uses, steps * layers * static_cast<uint64_t>(c.n_expert_used));
+    EXPECT_LE(uses, steps * layers * static_cast<uint64_t>(std::min<int64_t>(c.n_expert, c.n_expert_used * 10)));
+    if (slots == c.n_expert) EXPECT_LE(s.misses, layers * static_cast<uint64_t>(c.n_expert)) << "a full cache re-read";
+    // Bytes read: each miss reads one expert of its layer, so between the smallest and largest expert size.
+    const std::vector<size_t> per_layer = ExpertStore::expert_bytes_per_layer(*model);
+    const size_t lo = *std::min_element(per_layer.begin(), per_layer.end());
+    const size_t hi = *std::max_element(per_layer.begin(), per_layer.end());
+    EXPECT_GE(s.bytes_read, s.misses * lo);
+    EXPECT_LE(s.bytes_read, s.misses * hi);
+    EXPECT_EQ(ExpertStore::cache_bytes(*model, slots), one_expert_all_layers * static_cast<size_t>(slots));
+  }
+}
+
+TEST_P(ModelFixture, ExpertCacheSizeIsChecked) {
+  auto model = Model::load(gguf().string());
+  EXPECT_THROW(ExpertStore(*model, 0), Error);
+  EXPECT_THROW(ExpertStore(*model, model->config.n_expert + 1), Error);
+}

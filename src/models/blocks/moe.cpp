@@ -7,8 +7,8 @@
 
 namespace tern::models {
 
-void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, int layer, const float* x,
-               int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump) {
+void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen35moe::ExpertStore& experts,
+               int layer, const float* x, int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump) {
   const int64_t E = c.n_expert, K = c.n_expert_used, D = c.n_embd, F = c.n_ff_exp;
   float* logits = grow(s.logits, n_rows * E);
   float* wts = grow(s.weights, n_rows * K);
@@ -21,20 +21,24 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, int l
   s.by_expert.resize(static_cast<size_t>(E));
   for (auto& b : s.by_expert) b.clear();
   for (int64_t i = 0; i < n_rows * K; ++i) s.by_expert[s.ids[i]].push_back(static_cast<int32_t>(i));
+  s.order.clear();
+  for (int pass = 0; pass < 2; ++pass)
+    for (int32_t e = 0; e < E; ++e)
+      if (!s.by_expert[e].empty() && experts.resident(layer, e) == (pass == 0)) s.order.push_back(e);
   float* slots = grow(s.slots, n_rows * K * D);  // [n_rows, K, D] each expert's output for each slot
-  for (int64_t e = 0; e < E; ++e) {
+  for (const int32_t e : s.order) {
     const auto& members = s.by_expert[e];
     const int64_t m = static_cast<int64_t>(members.size());
-    if (m == 0) continue;
     float* xe = grow(s.xe, m * D);
     float* ge = grow(s.ge, m * F);
     float* ue = grow(s.ue, m * F);
     float* de = grow(s.de, m * D);
     for (int64_t r = 0; r < m; ++r) std::memcpy(xe + r * D, x + (members[r] / K) * D, D * sizeof(float));
-    apply(w.expert_gate(e, F), xe, m, ge);
-    apply(w.expert_up(e, F), xe, m, ue);
+    const qwen35moe::ExpertMatrices ex = experts.get(layer, e);
+    apply(ex.gate, xe, m, ge);
+    apply(ex.up, xe, m, ue);
     ops::swiglu(ge, ue, ge, m * F);
-    apply(w.expert_down(e, D), ge, m, de);
+    apply(ex.down, ge, m, de);
     for (int64_t r = 0; r < m; ++r) std::memcpy(slots + static_cast<int64_t>(members[r]) * D, de + r * D, D * sizeof(float));
   }
   for (int64_t t = 0; t < n_rows; ++t) {

@@ -6,6 +6,7 @@
 
 #include "models/blocks/batch.h"
 #include "models/dump.h"
+#include "models/qwen35moe/expert_store.h"
 #include "models/qwen35moe/weights.h"
 
 namespace tern::models {
@@ -14,9 +15,12 @@ struct MoeScratch {
   std::vector<float> logits, weights, xe, ge, ue, de, slots, sg, su, sd, sgate;
   std::vector<int32_t> ids;
   std::vector<std::vector<int32_t>> by_expert;  // [n_expert] -> list of token * n_used + slot
+  std::vector<int32_t> order;                   // experts to run: resident ones first
 };
 
-void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, int layer, const float* x,
-               int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump);
+// Routed experts come from `experts` (mapped or streamed); those already resident run first, so a streamed
+// cache never evicts an expert this step still needs before it has run.
+void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen35moe::ExpertStore& experts,
+               int layer, const float* x, int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump);
 
 }  // namespace tern::models

@@ -8,7 +8,12 @@
 
 namespace tern::models::qwen35moe {
 
-Forward::Forward(const Model& model, TensorDump dump) : model_(model), c_(model.config), dump_(std::move(dump)) {}
+Forward::Forward(const Model& model, TensorDump dump, int64_t expert_slots)
+    : model_(model),
+      c_(model.config),
+      dump_(std::move(dump)),
+      experts_(expert_slots > 0 ? std::make_unique<ExpertStore>(model, expert_slots)
+                                : std::make_unique<ExpertStore>(model)) {}
 
 static void add_rows(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
@@ -30,7 +35,7 @@ void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
 
   ops::rms_norm(x, w.post_norm.data(), cur, n_rows, D, c_.rms_eps);
   dump_("attn_post_norm", il, cur, {n_rows, D});
-  moe_block(c_, w.moe, il, cur, n_rows, mix, moe_, dump_);
+  moe_block(c_, w.moe, *experts_, il, cur, n_rows, mix, moe_, dump_);
   add_rows(x, mix, n_rows * D);
   dump_("l_out", il, x, {n_rows, D});
 }

@@ -9,6 +9,7 @@
 #include "models/blocks/deltanet.h"
 #include "models/blocks/moe.h"
 #include "models/dump.h"
+#include "models/qwen35moe/expert_store.h"
 #include "models/qwen35moe/state.h"
 #include "models/qwen35moe/weights.h"
 
@@ -22,7 +23,10 @@ struct SeqInput {
 
 class Forward {
  public:
-  explicit Forward(const Model& model, TensorDump dump = {});
+  // expert_slots: 0 reads routed experts from the mapped file; N >= 1 streams them through a cache of N
+  // experts per layer (ExpertStore). Outputs are identical either way.
+  explicit Forward(const Model& model, TensorDump dump = {}, int64_t expert_slots = 0);
+  const ExpertStore& experts() const { return *experts_; }
 
   // Runs one forward over every sequence's new tokens and advances their states. Returns logits rows
   // [n_out, n_vocab] in sequence order (all rows or the last row of each sequence). Throws Error (without
@@ -35,6 +39,7 @@ class Forward {
   const Model& model_;
   const Config& c_;
   TensorDump dump_;
+  std::unique_ptr<ExpertStore> experts_;
   std::vector<float> x_, cur_, mix_, out_rows_, logits_;
   AttentionScratch attn_;
   DeltaNetScratch dn_;

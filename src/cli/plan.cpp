@@ -1,0 +1,68 @@
+// `tern plan -m MODEL [-c CTX] [--parallel K] [--mem-budget SIZE] [--json]`: the memory plan before loading
+// anything (only the GGUF header is read): weights resident vs streamed, expert cache, state, buffers, and
+// whether it fits. The engine sizes its real allocations from the same plan (runtime/memory_plan).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/model_options.h"
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "runtime/memory_plan.h"
+
+namespace tern::cli {
+
+static RunFn setup_plan(CLI::App& app) {
+  struct Opts {
+    runtime::EngineOptions engine;
+    int parallel = 1;
+    int64_t batch = runtime::kMaxBatchRows;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  add_model_option(app, o->engine, ModelArg::kRequired);
+  add_memory_options(app, o->engine);
+  app.add_option("--parallel", o->parallel, "Sequences held at once (tern serve --parallel)")->capture_default_str();
+  app.add_option("-b,--batch", o->batch, "Rows of the largest forward")->capture_default_str();
+  app.add_flag("--json", o->json, "Print the plan as one JSON object (bytes)");
+  return [o] {
+    const runtime::EngineOptions& e = o->engine;
+    if (o->parallel < 1) fail("--parallel must be >= 1 (got %d)", o->parallel);
+    if (o->batch < 1) fail("-b/--batch must be >= 1 (got %lld)", static_cast<long long>(o->batch));
+    if (e.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (got %lld)", static_cast<long long>(e.n_ctx));
+    if (e.expert_cache < 0) fail("--expert-cache must be >= 0 (got %lld)", static_cast<long long>(e.expert_cache));
+    ops::KvType kv = ops::KvType::kF16;
+    if (e.kv_type == "f32") kv = ops::KvType::kF32;
+    else if (e.kv_type != "f16") fail("--kv-type '%s' is not supported (supported: f16, f32)", e.kv_type.c_str());
+    const uint64_t budget = e.mem_budget.empty() ? 0 : runtime::parse_size(e.mem_budget, "--mem-budget");
+
+    const gguf::File f = gguf::File::open(e.model_path);
+    const auto c = models::qwen35moe::Config::from_gguf(f);
+    runtime::MemoryRequest req;
+    req.n_ctx = e.n_ctx > 0 ? e.n_ctx : runtime::default_n_ctx(c, kv, o->parallel, budget);
+    req.n_parallel = o->parallel;
+    req.kv_type = kv;
+    req.batch_rows = o->batch;
+    req.budget = budget;
+    req.expert_slots = e.expert_cache;
+    const runtime::MemoryPlan p = runtime::plan_memory(f, c, req);
+    if (o->json) {
+      nlohmann::ordered_json j = {
+          {"model", e.model_path}, {"file_bytes", p.file_bytes}, {"n_ctx", req.n_ctx}, {"parallel", o->parallel},
+          {"dense", p.dense}, {"experts", p.experts}, {"streamed", p.streamed}, {"expert_slots", p.slots},
+          {"n_expert", p.n_expert}, {"expert_cache", p.expert_cache}, {"state", p.state}, {"buffers", p.buffers},
+          {"runtime", p.runtime}, {"total", p.total()}, {"minimum", p.minimum()}, {"budget", p.budget},
+          {"fits", p.fits}, {"verdict", p.verdict}};
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::printf("memory plan for %s (context %lld x %d sequence%s, %s KV):\n%s", e.model_path.c_str(),
+                  static_cast<long long>(req.n_ctx), o->parallel, o->parallel > 1 ? "s" : "", e.kv_type.c_str(),
+                  runtime::format_plan(p).c_str());
+    }
+    return p.fits ? 0 : 1;
+  };
+}
+
+TERN_COMMAND(plan, "plan", "Print the memory plan for a model (weights, expert cache, state) before loading it",
+             setup_plan);
+
+}  // namespace tern::cli

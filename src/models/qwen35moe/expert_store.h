@@ -1,0 +1,71 @@
+// Where the MoE block gets a routed expert's three matrices from. Two modes, chosen once at start-up:
+//  - mapped (default): views into the memory-mapped file; the page cache decides what stays in memory;
+//  - streamed: each MoE layer owns `slots` expert-sized buffers, filled on demand with pread from the GGUF and
+//    evicted least-recently-used. Expert pages of the mapping are then never touched, so the process's
+//    memory is the dense weights + state + buffers + these slots, whatever the file's size.
+// Both modes hand the kernels the same bytes, so outputs are identical at every cache size (tested).
+// Non-goals (measured first, see issue 8): frequency-aware eviction, cross-layer prediction, O_DIRECT.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/blocks/linear.h"
+#include "models/qwen35moe/weights.h"
+
+namespace tern::models::qwen35moe {
+
+struct ExpertMatrices {
+  Linear gate, up, down;
+};
+
+struct ExpertCacheStats {
+  uint64_t hits = 0, misses = 0, bytes_read = 0;
+  double read_seconds = 0;  // time the forward waited on reads
+};
+
+class ExpertStore {
+ public:
+  // Mapped mode.
+  explicit ExpertStore(const Model& model);
+  // Streamed mode with `slots` experts cached per MoE layer (1 <= slots <= n_expert). Opens the model file
+  // for reading; throws Error naming it.
+  ExpertStore(const Model& model, int64_t slots);
+  ~ExpertStore();
+  ExpertStore(const ExpertStore&) = delete;
+  ExpertStore& operator=(const ExpertStore&) = delete;
+
+  bool streamed() const { return fd_ >= 0; }
+  int64_t slots() const { return slots_; }
+  // Expert e of layer il; in streamed mode valid until the next get() for the same layer.
+  ExpertMatrices get(int il, int64_t e);
+  // Whether get(il, e) would be served without a read (always true when mapped).
+  bool resident(int il, int64_t e) const { return !streamed() || layers_[il].slot_of[e] >= 0; }
+  const ExpertCacheStats& stats() const { return stats_; }
+
+  // Bytes of one expert (gate + up + down) in each layer, and of `slots` such buffers over all layers: the
+  // memory planner's figures, computed from the weights alone.
+  static std::vector<size_t> expert_bytes_per_layer(const Model& model);
+  static size_t cache_bytes(const Model& model, int64_t slots);
+
+ private:
+  struct Layer {
+    std::unique_ptr<uint8_t[]> arena;  // slots * expert bytes
+    size_t expert_bytes = 0;
+    std::vector<int32_t> slot_of;      // [n_expert] -> slot, -1 when not resident
+    std::vector<int32_t> owner;        // [slots] -> expert, -1 when empty
+    std::vector<uint64_t> last_use;    // [slots]
+  };
+  ExpertMatrices mapped(int il, int64_t e) const;
+  int32_t load(int il, int64_t e);  // reads expert e into the layer's least recently used slot
+  void read_exact(uint8_t* dst, const uint8_t* src_in_map, size_t n);
+
+  const Model& model_;
+  int fd_ = -1;
+  int64_t slots_ = 0;
+  uint64_t clock_ = 0;
+  std::vector<Layer> layers_;
+  ExpertCacheStats stats_;
+};
+
+}  // namespace tern::models::qwen35moe

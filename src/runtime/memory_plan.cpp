@@ -1,0 +1,183 @@
+#include "runtime/memory_plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "models/qwen35moe/state.h"
+
+namespace tern::runtime {
+
+using models::qwen35moe::Config;
+using models::qwen35moe::SequenceState;
+
+namespace {
+
+// The program's own resident set before any model (code, libstdc++, libgomp, thread stacks; measured ~10 MiB
+// for a Release build) plus the parsed metadata, whose vocabulary becomes strings, maps and the tokenizer's
+// tables at a few times its size in the file.
+constexpr uint64_t kProgramBytes = uint64_t{12} << 20;
+constexpr uint64_t kMetadataFactor = 6;
+
+// Layer index of "blk.<i>.<rest>", or -1 for a tensor outside the blocks.
+int64_t block_of(std::string_view name) {
+  if (name.substr(0, 4) != "blk.") return -1;
+  int64_t i = 0;
+  size_t p = 4;
+  while (p < name.size() && std::isdigit(static_cast<unsigned char>(name[p]))) i = i * 10 + (name[p++] - '0');
+  return p > 4 ? i : -1;
+}
+
+// Forward scratch per batch row (floats), mirroring the buffers Forward and the blocks grow: residual stream,
+// attention and DeltaNet projections, the router, the expert slots and one expert's activations, the shared
+// expert, and the activation quantization of the kernels.
+uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
+  const int64_t D = c.n_embd, q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim;
+  const int64_t attn = 5 * q + 2 * kv;
+  const int64_t dn = 2 * c.conv_dim() + 2 * c.value_dim() + 2 * c.n_v_heads;
+  const int64_t moe = c.n_expert + c.n_expert_used * (D + 1) + 3 * D + 2 * c.n_ff_exp + 2 * c.n_ff_shexp + 1;
+  const int64_t per_row = 4 * D + attn + dn + moe;
+  const int64_t logits = c.n_vocab * n_parallel;
+  return static_cast<uint64_t>((per_row * rows + logits) * 4);
+}
+
+}  // namespace
+
+double available_memory_bytes() {
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * page : 4e9;
+}
+
+int64_t default_n_ctx(const Config& c, ops::KvType kv_type, int n_parallel, uint64_t budget) {
+  const double room = budget ? static_cast<double>(budget) / 4 : available_memory_bytes() / 2;
+  auto state = [&](int64_t n) { return static_cast<double>(SequenceState::bytes_for(c, n, kv_type)) * n_parallel; };
+  int64_t n = c.n_ctx_train;
+  while (n > 256 && state(n) > room) n /= 2;
+  return n;
+}
+
+uint64_t MemoryPlan::minimum() const {
+  uint64_t one_each = 0;
+  for (uint64_t b : expert_bytes) one_each += b;
+  return dense + state + buffers + runtime + prefix_cache + one_each;
+}
+
+MemoryPlan plan_memory(const gguf::File& f, const Config& c, const MemoryRequest& r) {
+  MemoryPlan p;
+  p.file_bytes = f.file_size();
+  p.n_expert = c.n_expert;
+  p.budget = r.budget;
+  p.expert_bytes.assign(static_cast<size_t>(c.n_layer), 0);
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const int64_t il = block_of(t.name);
+    if (il >= c.n_layer) continue;  // MTP blocks: never loaded
+    if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
+      p.experts += t.n_bytes;
+      p.expert_bytes[il] += t.n_bytes / static_cast<uint64_t>(c.n_expert);
+    } else {
+      p.dense += t.n_bytes;
+    }
+  }
+  p.state = static_cast<uint64_t>(r.n_parallel) * SequenceState::bytes_for(c, r.n_ctx, r.kv_type);
+  p.buffers = buffer_bytes(c, std::min(r.batch_rows, r.n_ctx * r.n_parallel), r.n_parallel);
+  p.runtime = kProgramBytes + kMetadataFactor * f.data_offset();
+  p.prefix_cache = r.prefix_cache;
+
+  uint64_t per_slot = 0;
+  for (uint64_t b : p.expert_bytes) per_slot += b;
+  if (r.expert_slots > 0) {
+    if (r.expert_slots > c.n_expert)
+      fail("--expert-cache %lld: the model has %lld experts per layer", static_cast<long long>(r.expert_slots),
+           static_cast<long long>(c.n_expert));
+    p.streamed = true;
+    p.slots = r.expert_slots;
+  } else if (r.budget > 0) {
+    const uint64_t fixed = p.dense + p.state + p.buffers + p.runtime + p.prefix_cache;
+    const uint64_t left = r.budget > fixed ? r.budget - fixed : 0;
+    if (fixed + p.experts <= r.budget) {
+      p.streamed = false;  // everything fits: keep the experts mapped
+    } else {
+      p.streamed = true;
+      p.slots = per_slot ? static_cast<int64_t>(std::min<uint64_t>(left / per_slot, c.n_expert)) : c.n_expert;
+    }
+  }
+  p.expert_cache = static_cast<uint64_t>(p.slots) * per_slot;
+
+  char line[256];
+  if (r.budget > 0 && (p.total() > r.budget || (p.streamed && p.slots < 1))) {
+    p.fits = false;
+    std::snprintf(line, sizeof line,
+                  "does not fit: the budget %s is below the %s needed for the dense weights, state, buffers and "
+                  "one expert per layer",
+                  format_bytes(r.budget).c_str(), format_bytes(p.minimum()).c_str());
+  } else if (p.streamed) {
+    std::snprintf(line, sizeof line, "experts streamed: a cache of %lld of %lld experts per layer (%.0f%% of expert bytes)",
+                  static_cast<long long>(p.slots), static_cast<long long>(c.n_expert),
+                  100.0 * static_cast<double>(p.slots) / static_cast<double>(c.n_expert));
+  } else {
+    std::snprintf(line, sizeof line, "%s", r.budget > 0 ? "fits: all weights memory-mapped"
+                                                        : "no budget: all weights memory-mapped (the page cache decides)");
+  }
+  p.verdict = line;
+  return p;
+}
+
+std::string format_bytes(uint64_t b) {
+  char s[32];
+  const double x = static_cast<double>(b);
+  if (x >= 1073741824.0) std::snprintf(s, sizeof s, "%.2f GiB", x / 1073741824.0);
+  else if (x >= 1048576.0) std::snprintf(s, sizeof s, "%.1f MiB", x / 1048576.0);
+  else std::snprintf(s, sizeof s, "%.1f KiB", x / 1024.0);
+  return s;
+}
+
+std::string format_plan(const MemoryPlan& p) {
+  std::string out;
+  auto row = [&](const char* what, uint64_t bytes, const std::string& note) {
+    char s[256];
+    std::snprintf(s, sizeof s, "  %-16s %12s  %s\n", what, format_bytes(bytes).c_str(), note.c_str());
+    out += s;
+  };
+  row("dense weights", p.dense, "mapped, read every token");
+  row("routed experts", p.experts,
+      p.streamed ? "in the file, read on demand" : "mapped");
+  if (p.streamed) {
+    char note[96];
+    std::snprintf(note, sizeof note, "%lld of %lld experts per layer, LRU", static_cast<long long>(p.slots),
+                  static_cast<long long>(p.n_expert));
+    row("expert cache", p.expert_cache, note);
+  }
+  row("sequence state", p.state, "KV cache + recurrent state");
+  row("buffers", p.buffers, "forward scratch, logits");
+  row("runtime", p.runtime, "program, metadata, tokenizer (estimate)");
+  if (p.prefix_cache) row("prefix cache", p.prefix_cache, "server snapshots (at most)");
+  row("total", p.total(), p.budget ? "budget " + format_bytes(p.budget) : std::string("no budget"));
+  out += "  " + p.verdict + "\n";
+  return out;
+}
+
+uint64_t parse_size(const std::string& text, const char* flag) {
+  const char* s = text.c_str();
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  std::string unit(end);
+  for (auto& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  if (unit.size() == 2 && unit[1] == 'I') unit.pop_back();
+  double scale = 0;
+  if (unit.empty()) scale = 1;
+  else if (unit == "K") scale = 1024.0;
+  else if (unit == "M") scale = 1048576.0;
+  else if (unit == "G") scale = 1073741824.0;
+  else if (unit == "T") scale = 1099511627776.0;
+  if (end == s || scale == 0 || !std::isfinite(v) || v <= 0 || v * scale >= 1.8e19)
+    fail("%s: '%s' is not a size (expected a positive number with an optional unit K, M, G or T, e.g. 12G)", flag,
+         text.c_str());
+  return static_cast<uint64_t>(v * scale);
+}
+
+}  // namespace tern::runtime

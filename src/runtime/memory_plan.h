@@ -1,0 +1,70 @@
+// The memory planner: from a GGUF's header alone (nothing is read from the tensor data), what a run will hold
+// in memory — dense weights (mapped, read whole), routed experts (mapped, or streamed through a cache),
+// per-sequence state (KV cache + recurrent state), forward buffers and the program itself — and, under a
+// budget, how many experts per layer the cache gets. `tern plan` prints it; the Engine sizes the real
+// expert cache from the same plan, so the plan and the measured resident set agree.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/gguf.h"
+#include "models/qwen35moe/config.h"
+#include "ops/attention.h"
+
+namespace tern::runtime {
+
+// Prompt tokens one forward takes at most (longer prompts go in chunks of this many): bounds the buffers.
+inline constexpr int64_t kMaxBatchRows = 512;
+
+struct MemoryRequest {
+  int64_t n_ctx = 0;          // per sequence, already resolved (> 0)
+  int n_parallel = 1;         // sequences held at once
+  ops::KvType kv_type = ops::KvType::kF16;
+  int64_t batch_rows = kMaxBatchRows;  // rows of the largest forward
+  uint64_t budget = 0;        // bytes; 0: no budget (everything mapped, the page cache decides)
+  int64_t expert_slots = 0;   // experts cached per layer; 0: from the budget (or mapped without one)
+  uint64_t prefix_cache = 0;  // the server's prefix-cache budget
+};
+
+struct MemoryPlan {
+  uint64_t file_bytes = 0;
+  uint64_t dense = 0;          // weights read in full: embeddings, attention, DeltaNet, routers, shared experts
+  uint64_t experts = 0;        // all routed experts in the file
+  std::vector<uint64_t> expert_bytes;  // one expert (gate + up + down) of each layer
+  uint64_t state = 0;          // n_parallel sequences of KV cache + recurrent state
+  uint64_t buffers = 0;        // forward scratch and logits
+  uint64_t runtime = 0;        // program, libraries, parsed metadata and tokenizer (an estimate)
+  uint64_t prefix_cache = 0;   // server prefix cache (at most)
+  bool streamed = false;       // experts read on demand into a cache (else mapped)
+  int64_t n_expert = 0;
+  int64_t slots = 0;           // experts per layer in the cache (streamed)
+  uint64_t expert_cache = 0;   // bytes of those slots
+  uint64_t budget = 0;
+  bool fits = true;
+  std::string verdict;         // one line: the mode, or why it does not fit
+
+  uint64_t resident_experts() const { return streamed ? expert_cache : experts; }
+  uint64_t total() const { return dense + resident_experts() + state + buffers + runtime + prefix_cache; }
+  // The least a budget must be for streaming to work at all: one expert per layer.
+  uint64_t minimum() const;
+};
+
+// Memory the system reports available now (sysconf), or 4 GB when it cannot tell.
+double available_memory_bytes();
+
+// The context size for -c 0: the model's training context, halved (not below 256) while the state of
+// n_parallel sequences exceeds half the available memory, or a quarter of the budget when there is one.
+int64_t default_n_ctx(const models::qwen35moe::Config& c, ops::KvType kv_type, int n_parallel, uint64_t budget);
+
+MemoryPlan plan_memory(const gguf::File& f, const models::qwen35moe::Config& c, const MemoryRequest& r);
+
+// The plan as an aligned table (what `tern plan` prints and the engine logs under a budget).
+std::string format_plan(const MemoryPlan& p);
+
+// "12G", "512M", "1.5GiB", "800000000": binary units K/M/G/T (with optional "i", "B"). Throws Error naming
+// `flag` and the text when it is not a positive size.
+uint64_t parse_size(const std::string& text, const char* flag);
+std::string format_bytes(uint64_t bytes);  // "1.25 GiB", "300.0 MiB"
+
+}  // namespace tern::runtime

@@ -1,0 +1,141 @@
+// The memory planner (runtime/memory_plan) against what the engine really allocates: its weight figures equal
+// the tensors the model loads, its state figure equals SequenceState, a budget buys the expert slots the
+// arithmetic says, too small a budget is refused with the numbers, and sizes parse strictly. Also the engine's
+// chunked prompt evaluation (bounded buffers) gives the logits of one forward.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "models/qwen35moe/expert_store.h"
+#include "runtime/engine.h"
+#include "runtime/memory_plan.h"
+
+namespace fs = std::filesystem;
+using namespace tern;
+using namespace tern::runtime;
+using models::qwen35moe::ExpertStore;
+using models::qwen35moe::Model;
+using models::qwen35moe::SequenceState;
+
+namespace {
+
+const fs::path kModels = fs::path(TERN_FIXTURES_DIR) / "models";
+
+class PlanFixture : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string path() const { return (kModels / GetParam()).string(); }
+};
+
+MemoryRequest request(int64_t n_ctx, uint64_t budget = 0, int64_t slots = 0) {
+  MemoryRequest r;
+  r.n_ctx = n_ctx;
+  r.budget = budget;
+  r.expert_slots = slots;
+  return r;
+}
+
+}  // namespace
+
+TEST_P(PlanFixture, WeightFiguresMatchTheLoadedModel) {
+  auto m = Model::load(path());
+  const MemoryPlan p = plan_memory(*m->file, m->config, request(256));
+  // Every loaded tensor is either dense or a routed expert; unused (MTP) tensors are neither.
+  uint64_t loaded = 0;
+  for (const auto& t : m->file->tensors()) {
+    const std::string name(t.name);
+    if (std::find(m->weights.unused.begin(), m->weights.unused.end(), name) == m->weights.unused.end()) loaded += t.n_bytes;
+  }
+  EXPECT_EQ(p.dense + p.experts, loaded);
+  const std::vector<size_t> per_layer = ExpertStore::expert_bytes_per_layer(*m);
+  ASSERT_EQ(p.expert_bytes.size(), per_layer.size());
+  for (size_t i = 0; i < per_layer.size(); ++i) EXPECT_EQ(p.expert_bytes[i], per_layer[i]) << "layer " << i;
+  SequenceState st(m->config, 256, ops::KvType::kF16);
+  EXPECT_EQ(p.state, st.bytes());
+  EXPECT_FALSE(p.streamed);
+  EXPECT_EQ(p.total(), p.dense + p.experts + p.state + p.buffers + p.runtime);
+}
+
+TEST_P(PlanFixture, BudgetBuysTheSlotsItCanHold) {
+  auto m = Model::load(path());
+  const auto& c = m->config;
+  const MemoryPlan free_plan = plan_memory(*m->file, c, request(256));
+  const uint64_t fixed = free_plan.dense + free_plan.state + free_plan.buffers + free_plan.runtime;
+  const uint64_t slot = ExpertStore::cache_bytes(*m, 1);
+  // Exactly three slots' worth above the fixed part (plus less than one more slot) -> 3 per layer.
+  if (c.n_expert > 3) {
+    const MemoryPlan p = plan_memory(*m->file, c, request(256, fixed + 3 * slot + slot / 2));
+    EXPECT_TRUE(p.fits);
+    EXPECT_TRUE(p.streamed);
+    EXPECT_EQ(p.slots, 3);
+    EXPECT_EQ(p.expert_cache, ExpertStore::cache_bytes(*m, 3));
+    EXPECT_LE(p.total(), p.budget);
+  }
+  // A budget holding everything keeps the experts mapped.
+  const MemoryPlan all = plan_memory(*m->file, c, request(256, free_plan.total()));
+  EXPECT_TRUE(all.fits);
+  EXPECT_FALSE(all.streamed);
+  // Below the dense part + one expert per layer: refused, and the verdict gives both numbers.
+  const MemoryPlan tight = plan_memory(*m->file, c, request(256, fixed + slot - 1));
+  EXPECT_FALSE(tight.fits);
+  EXPECT_EQ(tight.minimum(), fixed + slot);
+  EXPECT_NE(tight.verdict.find(format_bytes(tight.minimum())), std::string::npos) << tight.verdict;
+  EXPECT_NE(tight.verdict.find(format_bytes(fixed + slot - 1)), std::string::npos) << tight.verdict;
+  // An explicit cache size wins over the budget's choice and is range-checked.
+  EXPECT_EQ(plan_memory(*m->file, c, request(256, 0, 1)).slots, 1);
+  EXPECT_THROW(plan_memory(*m->file, c, request(256, 0, c.n_expert + 1)), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, PlanFixture,
+                         ::testing::Values("q35-ratio.q4_k_m.gguf", "odd.f32.gguf", "q35-ratio.f16.gguf"),
+                         [](const auto& info) {
+                           std::string n = info.param.substr(0, info.param.size() - 5);
+                           for (auto& ch : n) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+TEST(ParseSize, UnitsAndErrors) {
+  EXPECT_EQ(parse_size("12G", "--mem-budget"), uint64_t{12} << 30);
+  EXPECT_EQ(parse_size("512M", "--mem-budget"), uint64_t{512} << 20);
+  EXPECT_EQ(parse_size("1.5GiB", "--mem-budget"), uint64_t{3} << 29);
+  EXPECT_EQ(parse_size("64kb", "--mem-budget"), uint64_t{64} << 10);
+  EXPECT_EQ(parse_size("1000", "--mem-budget"), 1000u);
+  EXPECT_EQ(parse_size("2T", "--mem-budget"), uint64_t{2} << 40);
+  for (const char* bad : {"", "G", "12X", "-1G", "0", "12 G", "nan", "1e30T", "12GG"}) {
+    try {
+      parse_size(bad, "--mem-budget");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--mem-budget"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Prompts longer than kMaxBatchRows go through the forward in chunks; the logits equal one forward's.
+TEST(EngineEval, LongPromptsInChunksEqualOneForward) {
+  EngineOptions o;
+  o.model_path = (kModels / "q35-ratio.f32.gguf").string();
+  o.n_ctx = 2 * kMaxBatchRows + 100;
+  o.threads = 1;
+  o.kv_type = "f32";
+  Engine e(o);
+  std::vector<int32_t> toks;
+  for (int64_t i = 0; i < kMaxBatchRows + 77; ++i) toks.push_back(static_cast<int32_t>((i * 37 + 11) % e.config().n_vocab));
+  auto s1 = e.new_sequence();
+  const std::vector<float> chunked = e.eval(*s1, toks, true);
+  EXPECT_EQ(s1->n_past(), static_cast<int64_t>(toks.size()));
+  auto s2 = e.new_sequence();
+  std::vector<models::qwen35moe::SeqInput> b(1);
+  b[0] = {s2.get(), toks, true};
+  EXPECT_EQ(chunked, e.forward().run(b));
+  // The last row alone, as generation asks for it.
+  auto s3 = e.new_sequence();
+  const std::vector<float> last = e.eval(*s3, toks, false);
+  EXPECT_TRUE(std::equal(last.begin(), last.end(), chunked.end() - e.config().n_vocab));
+  // A bad token anywhere is refused before any chunk runs.
+  auto s4 = e.new_sequence();
+  toks.back() = static_cast<int32_t>(e.config().n_vocab);
+  EXPECT_THROW(e.eval(*s4, toks, false), Error);
+  EXPECT_EQ(s4->n_past(), 0);
+}
