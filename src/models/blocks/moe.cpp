@@ -25,6 +25,10 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
   for (int pass = 0; pass < 2; ++pass)
     for (int32_t e = 0; e < E; ++e)
       if (!s.by_expert[e].empty() && experts.resident(layer, e) == (pass == 0)) s.order.push_back(e);
+  int64_t n_resident = 0;
+  while (n_resident < static_cast<int64_t>(s.order.size()) && experts.resident(layer, s.order[n_resident])) ++n_resident;
+  experts.prefetch(layer, s.order.data() + n_resident, static_cast<int64_t>(s.order.size()) - n_resident,
+                   s.order.data(), n_resident);
   float* slots = grow(s.slots, n_rows * K * D);  // [n_rows, K, D] each expert's output for each slot
   for (const int32_t e : s.order) {
     const auto& members = s.by_expert[e];

@@ -22,19 +22,32 @@ ExpertStore::ExpertStore(const Model& model, int64_t slots) : model_(model), slo
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) fail("%s: cannot open for expert streaming: %s", path.c_str(), std::strerror(errno));
   const std::vector<size_t> bytes = expert_bytes_per_layer(model);
+  const size_t n = static_cast<size_t>(slots);
   layers_.resize(bytes.size());
   for (size_t il = 0; il < bytes.size(); ++il) {
     Layer& L = layers_[il];
     L.expert_bytes = bytes[il];
     // new[] without value-initialisation: pages stay unbacked until an expert is read into them.
-    L.arena.reset(new uint8_t[bytes[il] * static_cast<size_t>(slots)]);
+    L.arena.reset(new uint8_t[bytes[il] * n]);
     L.slot_of.assign(static_cast<size_t>(c.n_expert), -1);
-    L.owner.assign(static_cast<size_t>(slots), -1);
-    L.last_use.assign(static_cast<size_t>(slots), 0);
+    L.owner.assign(n, -1);
+    L.last_use.assign(n, 0);
+    L.fresh.assign(n, 0);
+    L.state.assign(n, SlotState::kReady);
+    L.error.assign(n, std::string());
   }
+  reader_ = std::thread([this] { reader_loop(); });
 }
 
 ExpertStore::~ExpertStore() {
+  if (reader_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    reader_.join();
+  }
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -61,15 +74,96 @@ ExpertMatrices ExpertStore::mapped(int il, int64_t e) const {
   return {m.expert_gate(e, c.n_ff_exp), m.expert_up(e, c.n_ff_exp), m.expert_down(e, c.n_embd)};
 }
 
+int32_t ExpertStore::victim(int il, uint64_t protect_from) {
+  Layer& L = layers_[il];
+  std::lock_guard<std::mutex> lk(mu_);
+  int32_t best = -1;
+  for (int32_t s = 0; s < static_cast<int32_t>(L.owner.size()); ++s) {
+    if (L.state[s] == SlotState::kLoading || L.fresh[s] || L.last_use[s] >= protect_from) continue;
+    if (best < 0 || L.last_use[s] < L.last_use[best]) best = s;
+  }
+  return best;
+}
+
+int32_t ExpertStore::claim(int il, int64_t e, int32_t slot) {
+  Layer& L = layers_[il];
+  if (L.owner[slot] >= 0) L.slot_of[L.owner[slot]] = -1;
+  L.owner[slot] = static_cast<int32_t>(e);
+  L.slot_of[e] = slot;
+  L.last_use[slot] = ++clock_;
+  ++stats_.misses;
+  stats_.bytes_read += L.expert_bytes;
+  return slot;
+}
+
+void ExpertStore::prefetch(int il, const int32_t* experts, int64_t n, const int32_t* keep, int64_t n_keep) {
+  if (!streamed()) return;
+  Layer& L = layers_[il];
+  const uint64_t step = clock_ + 1;
+  for (int64_t i = 0; i < n_keep; ++i)
+    if (const int32_t slot = L.slot_of[keep[i]]; slot >= 0) L.last_use[slot] = ++clock_;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t e = experts[i];
+    if (L.slot_of[e] >= 0) continue;
+    const int32_t slot = victim(il, step);
+    if (slot < 0) break;  // the rest are read on demand, into slots this step has finished with
+    claim(il, e, slot);
+    L.fresh[slot] = 1;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      L.state[slot] = SlotState::kLoading;
+      jobs_.push_back({il, slot, e});
+    }
+    cv_.notify_all();
+  }
+}
+
+void ExpertStore::wait_ready(int il, int32_t slot) {
+  Layer& L = layers_[il];
+  std::unique_lock<std::mutex> lk(mu_);
+  if (L.state[slot] == SlotState::kLoading) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cv_.wait(lk, [&] { return L.state[slot] != SlotState::kLoading; });
+    stats_.read_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (L.state[slot] == SlotState::kFailed) {
+    const std::string err = L.error[slot];
+    L.state[slot] = SlotState::kReady;
+    L.slot_of[L.owner[slot]] = -1;
+    L.owner[slot] = -1;
+    L.fresh[slot] = 0;
+    lk.unlock();
+    fail("%s", err.c_str());
+  }
+}
+
 ExpertMatrices ExpertStore::get(int il, int64_t e) {
   if (!streamed()) return mapped(il, e);
   Layer& L = layers_[il];
   int32_t slot = L.slot_of[e];
   if (slot >= 0) {
-    ++stats_.hits;
+    wait_ready(il, slot);
+    if (L.fresh[slot]) L.fresh[slot] = 0;  // read by prefetch for this use: its miss is already counted
+    else ++stats_.hits;
   } else {
-    ++stats_.misses;
-    slot = load(il, e);
+    slot = victim(il, UINT64_MAX);
+    if (slot < 0) {  // every slot is in flight or unused yet: let the reads finish, then take the LRU one
+      for (int32_t s = 0; s < static_cast<int32_t>(L.owner.size()); ++s) wait_ready(il, s);
+      slot = 0;
+      for (int32_t s = 1; s < static_cast<int32_t>(L.owner.size()); ++s)
+        if (L.last_use[s] < L.last_use[slot]) slot = s;
+      L.fresh[slot] = 0;
+    }
+    claim(il, e, slot);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      read_expert(il, slot, e);
+    } catch (...) {
+      L.slot_of[e] = -1;
+      L.owner[slot] = -1;
+      throw;
+    }
+    stats_.read_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   L.last_use[slot] = ++clock_;
   // The slot holds gate rows, up rows, down rows back to back: the mapped views with their data moved.
@@ -81,15 +175,8 @@ ExpertMatrices ExpertStore::get(int il, int64_t e) {
   return x;
 }
 
-int32_t ExpertStore::load(int il, int64_t e) {
+void ExpertStore::read_expert(int il, int32_t slot, int64_t e) {
   Layer& L = layers_[il];
-  int32_t slot = 0;
-  for (int32_t s = 1; s < static_cast<int32_t>(L.owner.size()); ++s)
-    if (L.last_use[s] < L.last_use[slot]) slot = s;
-  if (L.owner[slot] >= 0) L.slot_of[L.owner[slot]] = -1;
-  L.owner[slot] = -1;  // stays empty if a read below throws
-
-  const auto t0 = std::chrono::steady_clock::now();
   const ExpertMatrices x = mapped(il, e);
   uint8_t* p = L.arena.get() + static_cast<size_t>(slot) * L.expert_bytes;
   if (x.up.data == x.gate.data + x.gate.bytes()) {  // fused gate_up: one contiguous range
@@ -99,12 +186,27 @@ int32_t ExpertStore::load(int il, int64_t e) {
     read_exact(p + x.gate.bytes(), x.up.data, x.up.bytes());
   }
   read_exact(p + x.gate.bytes() + x.up.bytes(), x.down.data, x.down.bytes());
-  stats_.read_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  stats_.bytes_read += L.expert_bytes;
+}
 
-  L.owner[slot] = static_cast<int32_t>(e);
-  L.slot_of[e] = slot;
-  return slot;
+void ExpertStore::reader_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+    if (stop_) return;
+    const Job j = jobs_.front();
+    jobs_.pop_front();
+    lk.unlock();
+    std::string err;
+    try {
+      read_expert(j.il, j.slot, j.e);
+    } catch (const std::exception& ex) {
+      err = ex.what();
+    }
+    lk.lock();
+    layers_[j.il].state[j.slot] = err.empty() ? SlotState::kReady : SlotState::kFailed;
+    layers_[j.il].error[j.slot] = std::move(err);
+    cv_.notify_all();
+  }
 }
 
 // Reads the file bytes behind a view into the mapping, with pread (the mapping itself is never touched).

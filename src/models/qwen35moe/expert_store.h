@@ -4,10 +4,18 @@
 //    evicted least-recently-used. Expert pages of the mapping are then never touched, so the process's
 //    memory is the dense weights + state + buffers + these slots, whatever the file's size.
 // Both modes hand the kernels the same bytes, so outputs are identical at every cache size (tested).
+// Reads overlap compute: once a layer's routing is known, prefetch() hands the missing experts (as many as
+// the cache can take beside the resident ones the step needs) to a reader thread, and the MoE block runs the
+// resident experts meanwhile; get() waits only for a read still in flight.
 // Non-goals (measured first, see issue 8): frequency-aware eviction, cross-layer prediction, O_DIRECT.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "models/blocks/linear.h"
@@ -39,8 +47,11 @@ class ExpertStore {
   int64_t slots() const { return slots_; }
   // Expert e of layer il; in streamed mode valid until the next get() for the same layer.
   ExpertMatrices get(int il, int64_t e);
-  // Whether get(il, e) would be served without a read (always true when mapped).
+  // Whether get(il, e) would be served without a new read (always true when mapped).
   bool resident(int il, int64_t e) const { return !streamed() || layers_[il].slot_of[e] >= 0; }
+  // Starts reading experts[0..n) of layer il in the background, in order, while free slots last; `keep`
+  // lists the resident experts this step still needs (never evicted for it). No-op when mapped.
+  void prefetch(int il, const int32_t* experts, int64_t n, const int32_t* keep, int64_t n_keep);
   const ExpertCacheStats& stats() const { return stats_; }
 
   // Bytes of one expert (gate + up + down) in each layer, and of `slots` such buffers over all layers: the
@@ -49,16 +60,29 @@ class ExpertStore {
   static size_t cache_bytes(const Model& model, int64_t slots);
 
  private:
+  enum class SlotState : uint8_t { kReady, kLoading, kFailed };
   struct Layer {
     std::unique_ptr<uint8_t[]> arena;  // slots * expert bytes
     size_t expert_bytes = 0;
     std::vector<int32_t> slot_of;      // [n_expert] -> slot, -1 when not resident
     std::vector<int32_t> owner;        // [slots] -> expert, -1 when empty
     std::vector<uint64_t> last_use;    // [slots]
+    std::vector<uint8_t> fresh;        // [slots] read for the current step, not yet used (its miss is counted)
+    std::vector<SlotState> state;      // [slots], guarded by mu_
+    std::vector<std::string> error;    // [slots], guarded by mu_
+  };
+  struct Job {
+    int il;
+    int32_t slot;
+    int64_t e;
   };
   ExpertMatrices mapped(int il, int64_t e) const;
-  int32_t load(int il, int64_t e);  // reads expert e into the layer's least recently used slot
+  int32_t victim(int il, uint64_t protect_from);  // LRU slot not in flight, not fresh, not used since protect_from
+  int32_t claim(int il, int64_t e, int32_t slot); // assigns expert e to slot (evicting its owner), counts a miss
+  void read_expert(int il, int32_t slot, int64_t e);  // on the calling thread
+  void wait_ready(int il, int32_t slot);
   void read_exact(uint8_t* dst, const uint8_t* src_in_map, size_t n);
+  void reader_loop();
 
   const Model& model_;
   int fd_ = -1;
@@ -66,6 +90,11 @@ class ExpertStore {
   uint64_t clock_ = 0;
   std::vector<Layer> layers_;
   ExpertCacheStats stats_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  bool stop_ = false;
+  std::thread reader_;
 };
 
 }  // namespace tern::models::qwen35moe
