@@ -11,7 +11,10 @@ Outputs:
   tests/fixtures/hf/odd/         BF16 safetensors in the multimodal layout: model.language_model.* prefix,
                                  fused mlp.experts.gate_up_proj / down_proj, plus model.visual.* and mtp.*
                                  tensors that both converters must skip
-  tests/fixtures/convert/<preset>.<type>.gguf   llama.cpp conversions (--no-mtp) of the committed checkpoints
+  tests/fixtures/hf/q24t-shape-first8/the 2.4T shape (512 experts top-10, 16:1 attention heads, 8:1 DeltaNet value:key
+                                 heads) cut to its first 8 layers (the converter treats every layer alike; 92 layers
+                                 would not fit the repo), BF16, in the multimodal fused layout like odd
+  tests/fixtures/convert/<name>.<type>.gguf   llama.cpp conversions (--no-mtp) of the committed checkpoints
 
 BF16 keeps the committed checkpoints small; llama.cpp widens BF16 to F32 before its transforms, as tern does.
 
@@ -29,11 +32,26 @@ import torch
 from safetensors.torch import load_file, save_file
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAN = {  # preset -> llama.cpp output types to commit
-    "q35-ratio": ["bf16", "q8_0"],
-    "odd": ["f32", "f16"],
+PLAN = {  # committed name -> (source preset, llama.cpp output types to commit, layers kept or None, multimodal layout)
+    "q35-ratio": ("q35-ratio", ["bf16", "q8_0"], None, False),
+    "odd": ("odd", ["f32", "f16"], None, True),
+    "q24t-shape-first8": ("q24t-shape", ["bf16"], 8, True),
 }
+# Names are chosen so gguf-py's directory-name heuristic derives no general.basename / finetune from them
+# (provenance keys tern does not write; "q24t-shape-8l" would give basename "q24t-shape", finetune "8l").
 SIDE_FILES = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+
+
+def keep_layers(sd: dict[str, torch.Tensor], cfg: dict, n: int) -> dict[str, torch.Tensor]:
+    """The first n layers of a checkpoint (config and tensors)."""
+    cfg["num_hidden_layers"] = n
+    cfg["layer_types"] = cfg["layer_types"][:n]
+    out = {}
+    for k, v in sd.items():
+        if k.startswith("model.layers.") and int(k.split(".")[2]) >= n:
+            continue
+        out[k] = v
+    return out
 
 
 def to_multimodal_layout(sd: dict[str, torch.Tensor], n_expert: int, n_layer: int) -> dict[str, torch.Tensor]:
@@ -66,6 +84,7 @@ def main() -> None:
                     help="directory holding fixturelib/ (tools/ of the fixtures helper)")
     ap.add_argument("--lcp-sdist", default=None, help="llama-cpp-python sdist (.tar.gz or unpacked dir)")
     ap.add_argument("--work", default="/tmp/tern-convert-fixtures")
+    ap.add_argument("--only", default=None, help="comma-separated names from PLAN (default: all)")
     a = ap.parse_args()
     sys.path.insert(0, a.fixturelib)
     from fixturelib import convert as lcp  # noqa: E402
@@ -75,9 +94,11 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     out_gguf = ROOT / "tests/fixtures/convert"
     out_gguf.mkdir(parents=True, exist_ok=True)
-    for preset, types in PLAN.items():
+    for name, (preset, types, layers, multimodal) in PLAN.items():
+        if a.only and name not in a.only.split(","):
+            continue
         src = Path(a.src) / preset / "hf"
-        dst = ROOT / "tests/fixtures/hf" / preset
+        dst = ROOT / "tests/fixtures/hf" / name
         if dst.exists():
             shutil.rmtree(dst)
         dst.mkdir(parents=True)
@@ -85,12 +106,15 @@ def main() -> None:
             shutil.copy(src / f, dst / f)
         cfg = json.loads((src / "config.json").read_text())
         sd = {k: v.to(torch.bfloat16) for k, v in load_file(str(src / "model.safetensors")).items()}
-        if preset == "odd":
+        if layers:
+            sd = keep_layers(sd, cfg, layers)
+            (dst / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        if multimodal:
             sd = to_multimodal_layout(sd, cfg["num_experts"], cfg["num_hidden_layers"])
         save_file(sd, str(dst / "model.safetensors"), metadata={"format": "pt"})
         for t in types:
-            gg = out_gguf / f"{preset}.{t}.gguf"
-            lcp.convert(lcpp, dst, t, gg, work / f"{preset}.{t}.log")
+            gg = out_gguf / f"{name}.{t}.gguf"
+            lcp.convert(lcpp, dst, t, gg, work / f"{name}.{t}.log")
             print(f"{gg.relative_to(ROOT)}: {gg.stat().st_size} bytes")
 
 
