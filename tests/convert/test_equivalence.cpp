@@ -1,7 +1,8 @@
 // tern convert vs llama.cpp's convert_hf_to_gguf.py on the same committed checkpoints
 // (tools/make_convert_fixtures.py; q35-ratio, odd, and the 2.4T shape cut to 8 layers): same metadata keys in
-// the same order with the same values (general.name aside: a provenance key, docs/CONVERT.md), same tensors in the same order with the same types and shapes,
-// byte-identical tensor data, and tern's forward gives identical logits on both files.
+// the same order with the same values (general.name aside: a provenance key, docs/CONVERT.md), same tensors in
+// the same order with the same types and shapes, byte-identical tensor data, and tern's forward gives identical
+// logits on both files.
 #include <gtest/gtest.h>
 
 #include <cstring>
