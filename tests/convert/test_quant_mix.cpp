@@ -3,6 +3,9 @@
 // from tern's output; the converter rules from conversion/base.py prepare_tensors.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "convert/quant_mix.h"
 
 namespace {
@@ -70,6 +73,47 @@ TEST(QuantMix, ConverterTypes) {
   EXPECT_EQ(ty[9], Type::F32);    // shared-expert gate
   EXPECT_EQ(ty[11], Type::F32);   // conv
   EXPECT_EQ(ty[14], Type::F16);   // row 2000 is not a multiple of 32: gguf-py QuantError -> F16
+}
+
+// The same rules against llama.cpp's own quantizer at the 35B-A3B's real widths, all 40 layers and every tensor
+// (tools/record_kquant_real_width.py: llama_model_quantize on a zero-filled BF16 GGUF in the converter's layout;
+// type choice reads names, order, row lengths and hparams, never data). Exact: a type is right or wrong.
+TEST(QuantMix, RealWidthMixesMatchLlamaQuantize) {
+  std::ifstream f(std::string(TERN_FIXTURES_DIR) + "/convert/llamacpp_kquants_real_width.json");
+  ASSERT_TRUE(f) << "missing llamacpp_kquants_real_width.json";
+  const nlohmann::json ref = nlohmann::json::parse(f);
+  HParams h;
+  h.n_expert = ref["n_expert"];
+  const std::map<std::string, FileType> mixes = {
+      {"q4_k_m", FileType::Q4_K_M}, {"q5_k_m", FileType::Q5_K_M}, {"q6_k", FileType::Q6_K}};
+  ASSERT_EQ(ref["mixes"].size(), mixes.size());
+  for (const auto& [mix, ft] : mixes) {
+    const auto& tensors = ref["mixes"][mix];
+    Plan p;
+    p.block_count = ref["n_layer"];
+    for (const auto& t : tensors) {
+      const std::string name = t[0];
+      std::vector<int64_t> ne = t[1].get<std::vector<int64_t>>();
+      int64_t layer = -1;
+      if (name.rfind("blk.", 0) == 0) layer = std::stoll(name.substr(4));
+      p.tensors.push_back(OutTensor{});
+      p.tensors.back().name = name;
+      p.tensors.back().shape.assign(ne.rbegin(), ne.rend());
+      p.tensors.back().layer = layer;
+    }
+    const auto ty = choose_types(p, h, ft, std::nullopt);
+    ASSERT_EQ(ty.size(), tensors.size());
+    int wrong = 0;
+    for (size_t i = 0; i < ty.size(); ++i) {
+      const std::string want = tensors[i][2];
+      const auto want_type = tern::quant::type_from_name(want);
+      ASSERT_TRUE(want_type) << want;
+      if (*want_type != ty[i] && ++wrong <= 10)
+        ADD_FAILURE() << mix << " " << p.tensors[i].name << ": tern " << tern::quant::type_name(ty[i]) << ", llama.cpp "
+                      << want;
+    }
+    EXPECT_EQ(wrong, 0) << mix << ": " << wrong << " of " << ty.size() << " tensors typed differently";
+  }
 }
 
 }  // namespace
