@@ -298,7 +298,8 @@ void Scheduler::step(std::vector<Job*>& jobs) {
       }
       if (j.prefilling()) continue;  // more prompt to go: this row's logits are not needed
     }
-    const float* row = logits->data() + static_cast<int64_t>(i) * V;
+    const float* raw = logits->data() + static_cast<int64_t>(i) * V;
+    const float* row = raw;
     int32_t tok;
     try {
       if (j.json) {  // only tokens that keep the answer a JSON-object prefix
@@ -313,7 +314,7 @@ void Scheduler::step(std::vector<Job*>& jobs) {
       continue;
     }
     ++n_sampled;
-    after_token(j, tok, row);
+    after_token(j, tok, raw);  // log-probabilities are the model's, before the JSON mask (as for other filters)
   }
   std::lock_guard lk(m_);
   stats_.steps++;

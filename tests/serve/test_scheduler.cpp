@@ -391,3 +391,25 @@ TEST(Scheduler, Logprobs) {
   EXPECT_TRUE(none.empty());
   EXPECT_EQ(c2->tokens(), c->tokens());
 }
+
+// Log-probabilities are the model's, before the JSON mask (the docs: before the sampling filters): at the first
+// position the top entry is the token the unconstrained greedy answer starts with, not the masked choice.
+TEST(Scheduler, LogprobsAreTakenBeforeTheJsonMask) {
+  Scheduler s(*model().engine, *model().tok, SchedulerOptions{});
+  GenRequest r;
+  r.prompt = model().tok->encode("<|im_start|>user\nGive me a JSON object.<|im_end|>\n<|im_start|>assistant\n", true);
+  r.max_tokens = 4;
+  r.sampling.temperature = 0;
+  const Outcome free = drain(*s.submit(r));
+  r.json_object = true;
+  r.top_logprobs = 2;
+  auto c = s.submit(r);
+  std::string text;
+  std::vector<TokenLogprob> lps;
+  while (!c->wait(&text, std::chrono::milliseconds(200), &lps)) {}
+  ASSERT_FALSE(free.tokens.empty());
+  ASSERT_FALSE(lps.empty());
+  ASSERT_NE(lps[0].id, free.tokens[0]) << "premise: the model's favourite first token is not JSON";
+  EXPECT_EQ(lps[0].top[0].first, free.tokens[0]);
+  EXPECT_LT(lps[0].logprob, lps[0].top[0].second);
+}
