@@ -284,7 +284,7 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
   // turn extends the previous turn's tokens and resumes from its answer-end snapshot in the prefix cache.
   std::vector<std::string> pieces;
   try {
-    pieces = ctx.chat_template->render_turns(messages, tools, extra);
+    pieces = ctx.chat_template->render_turns(messages, tools, extra, ctx.turns);
   } catch (const Error& e) {
     api_fail(400, "messages", "invalid_value", std::string("the chat template rejected the messages: ") + e.what());
   }

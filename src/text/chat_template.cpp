@@ -114,21 +114,40 @@ std::optional<std::string> ChatTemplate::turn_delta(const json& messages, size_t
   }
 }
 
-std::vector<std::string> ChatTemplate::render_turns(const json& messages, const json& tools,
-                                                    const json& extra_context) const {
+std::vector<std::string> ChatTemplate::render_turns(const json& messages, const json& tools, const json& extra_context,
+                                                    TurnCache* cache) const {
   // Turn boundaries: assistant messages followed by another role.
   std::vector<size_t> answers;
   for (size_t k = 0; messages.is_array() && k + 1 < messages.size(); ++k)
     if (role_of(messages[k]) == "assistant" && role_of(messages[k + 1]) != "assistant") answers.push_back(k);
-  if (answers.empty()) return {render(messages, tools, true, extra_context)};
-  // pieces: the prompt of the turn that ends before answers[i] (empty: that prefix does not render; a request
-  // for that turn would have been refused, so nothing was fed that must be matched).
-  std::vector<std::string> pieces;
-  try {
-    pieces.push_back(render(first_n(messages, answers[0]), tools, true, extra_context));
-  } catch (const Error&) {
+  // The cache key of messages[0..n): their JSON, then the tools and the extra context.
+  auto key_of = [&](size_t n) {
+    std::string key;
+    for (size_t i = 0; i < n; ++i) key += messages[i].dump() + '\n';
+    return key + '\0' + tools.dump() + '\0' + extra_context.dump();
+  };
+  if (answers.empty()) {  // the first turn (kept too: the next turn starts from it)
+    std::vector<std::string> pieces{render(messages, tools, true, extra_context)};
+    if (cache) cache->put(key_of(messages.size()), pieces);
+    return pieces;
   }
-  for (size_t i = 0; i < answers.size(); ++i) {
+  // Before step i, pieces = render_turns(messages[0..answers[i])): the prompt of the turn answered by
+  // answers[i]. Empty: that prefix does not render (a request for that turn would have been refused, so nothing
+  // was fed that must be matched).
+  std::vector<std::string> pieces;
+  size_t i = 0;
+  std::optional<std::vector<std::string>> hit;
+  if (cache) hit = cache->find(key_of(answers.back()));
+  if (hit) {
+    pieces = std::move(*hit);
+    i = answers.size() - 1;
+  } else {
+    try {
+      pieces.push_back(render(first_n(messages, answers[0]), tools, true, extra_context));
+    } catch (const Error&) {
+    }
+  }
+  for (; i < answers.size(); ++i) {
     const bool last = i + 1 == answers.size();
     const json upto = last ? messages : first_n(messages, answers[i + 1]);
     std::optional<std::string> answer, delta;
@@ -140,13 +159,45 @@ std::vector<std::string> ChatTemplate::render_turns(const json& messages, const 
       continue;
     }
     pieces.clear();
-    if (last) return {render(messages, tools, true, extra_context)};  // errors reach the caller
+    if (last) {
+      pieces.push_back(render(messages, tools, true, extra_context));  // errors reach the caller
+      break;
+    }
     try {
       pieces.push_back(render(upto, tools, true, extra_context));
     } catch (const Error&) {
     }
   }
+  if (cache) cache->put(key_of(messages.size()), pieces);
   return pieces;
+}
+
+std::optional<std::vector<std::string>> TurnCache::find(const std::string& key) {
+  std::lock_guard lk(m_);
+  for (auto it = lru_.begin(); it != lru_.end(); ++it)
+    if (it->first == key) {
+      lru_.splice(lru_.begin(), lru_, it);
+      ++hits_;
+      return it->second;
+    }
+  return std::nullopt;
+}
+
+void TurnCache::put(std::string key, std::vector<std::string> pieces) {
+  if (max_ == 0) return;
+  std::lock_guard lk(m_);
+  for (auto it = lru_.begin(); it != lru_.end(); ++it)
+    if (it->first == key) {
+      lru_.erase(it);
+      break;
+    }
+  lru_.emplace_front(std::move(key), std::move(pieces));
+  while (lru_.size() > max_) lru_.pop_back();
+}
+
+int64_t TurnCache::hits() const {
+  std::lock_guard lk(m_);
+  return hits_;
 }
 
 std::vector<int32_t> encode_turns(const Tokenizer& tok, const std::vector<std::string>& pieces) {

@@ -282,9 +282,10 @@ TEST(Scheduler, FollowUpChatTurnResumesAtTheAnswerEnd) {
   ModelInfo info;
   info.id = "tiny";
   info.n_ctx = model().engine->n_ctx();
-  const ApiContext ctx{*model().tok, &tpl, info};
   for (bool thinking : {false, true}) {
     SCOPED_TRACE(thinking ? "thinking" : "no thinking");
+    text::TurnCache turns;  // as the server has: the follow-up starts from the first turn's prompt pieces
+    const ApiContext ctx{*model().tok, &tpl, info, "none", &turns};
     SchedulerOptions so;
     so.cache_bytes = size_t{64} << 20;
     Scheduler cached(*model().engine, *model().tok, so);
@@ -302,6 +303,7 @@ TEST(Scheduler, FollowUpChatTurnResumesAtTheAnswerEnd) {
     body["messages"].push_back({{"role", "assistant"}, {"content", t1.text}});
     body["messages"].push_back({{"role", "user"}, {"content", "And the dark?"}});
     const ParsedRequest p2 = parse_chat_request(body, ctx);
+    EXPECT_EQ(turns.hits(), 1);
     // What the first turn's sequence processed: its prompt and every answer token but the last (never fed).
     std::vector<int32_t> fed = p1.gen.prompt;
     fed.insert(fed.end(), t1.tokens.begin(), t1.tokens.end() - 1);

@@ -204,6 +204,17 @@ TEST(ChatTemplate, ContinuedConversationQwen35) {
   EXPECT_EQ(p3[4], "<|im_end|>\n<|im_start|>user\nAgain<|im_end|>\n" + gen);
   // The second turn's prompt is a prefix of the third's: pieces 0..2 are the second turn's delta included.
   EXPECT_EQ(p3[2], delta1);
+  // With a TurnCache each turn starts from the previous turn's pieces, and gets the same result.
+  tern::text::TurnCache cache;
+  EXPECT_EQ(t.render_turns(json::array({msgs[0]}), json(), think, &cache), (std::vector<std::string>{first}));
+  EXPECT_EQ(t.render_turns(msgs, json(), think, &cache),
+            (std::vector<std::string>{first, "Greet back.\n</think>\n\nHello!", delta1}));
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_EQ(t.render_turns(more, json(), think, &cache), p3);
+  EXPECT_EQ(cache.hits(), 2);
+  // Other extra context, other conversation: no hit.
+  EXPECT_EQ(t.render_turns(more, json(), json(), &cache), t.render_turns(more, json(), json()));
+  EXPECT_EQ(cache.hits(), 2);
 
   // An answer without a think block (written by the client) shows the empty block the template gives it.
   msgs[1]["content"] = "Hello!";
