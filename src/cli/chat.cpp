@@ -130,39 +130,32 @@ class ChatSession {
 
  private:
   // Tokens that take the sequence from where it stands to the start of the next answer. The first turn is the
-  // rendered conversation. Later turns never re-render the history: templates rewrite earlier assistant turns
-  // (Qwen3.5 drops their <think> blocks), and a recurrent state cannot be rolled back to match. Instead the
-  // conversation is rendered with a marker as the last answer, and only the text after the marker (turn end, the
-  // new user message, the generation prompt) is fed, after the answer's own unfed last token.
+  // rendered conversation. Later turns never re-render the history (templates rewrite earlier answers, and the
+  // recurrent state cannot be rolled back to match): they feed the answer's own unfed last token, then the turn
+  // delta (text/chat_template.h), which is what `tern serve` puts in a continued conversation's prompt too.
   std::vector<int32_t> next_turn_tokens(const std::string& user) {
-    const bool first = seq_->n_past() == 0;
-    std::string fresh;
-    if (first) {
-      messages_.push_back({{"role", "user"}, {"content", user}});
-      fresh = tpl_->render(messages_, nullptr, true, kwargs_);
-    } else {
-      static const std::string kMark = "\x01tern-answer-end\x01";
-      nlohmann::ordered_json probe = messages_;
-      probe.back()["content"] = kMark;
-      probe.push_back({{"role", "user"}, {"content", user}});
-      const std::string rendered = tpl_->render(probe, nullptr, true, kwargs_);
-      const size_t p = rendered.rfind(kMark);
-      messages_.push_back({{"role", "user"}, {"content", user}});
-      if (p == std::string::npos) {
-        log::info("chat: the template does not show the last answer verbatim; reprocessing the conversation");
-        seq_->reset();
-        unfed_.clear();
-        fresh = tpl_->render(messages_, nullptr, true, kwargs_);
-      } else {
-        fresh = rendered.substr(p + kMark.size());
-      }
+    messages_.push_back({{"role", "user"}, {"content", user}});
+    try {
+      return turn_tokens();
+    } catch (const Error&) {
+      messages_.erase(messages_.end() - 1);
+      throw;
     }
-    std::vector<int32_t> ids = unfed_;
-    const std::vector<int32_t> enc = tm_.tokenizer->encode(fresh, /*parse_special=*/true);
-    ids.insert(ids.end(), enc.begin(), enc.end());
-    if (seq_->n_past() == 0 && tm_.tokenizer->add_bos() && tm_.tokenizer->bos_id() >= 0)
-      ids.insert(ids.begin(), tm_.tokenizer->bos_id());
-    return ids;
+  }
+  std::vector<int32_t> turn_tokens() {
+    if (seq_->n_past() > 0) {
+      const std::optional<std::string> delta = tpl_->turn_delta(messages_, messages_.size() - 2, nullptr, kwargs_);
+      if (delta) {
+        std::vector<int32_t> ids = unfed_;
+        const std::vector<int32_t> enc = tm_.tokenizer->encode(*delta, /*parse_special=*/true);
+        ids.insert(ids.end(), enc.begin(), enc.end());
+        return ids;
+      }
+      log::info("chat: the template does not show the last answer verbatim; reprocessing the conversation");
+      seq_->reset();
+      unfed_.clear();
+    }
+    return text::encode_turns(*tm_.tokenizer, tpl_->render_turns(messages_, nullptr, kwargs_));
   }
 
  private:

@@ -280,12 +280,16 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
     if (!b["chat_template_kwargs"].is_object()) bad_value("chat_template_kwargs", "expected an object");
     extra = b["chat_template_kwargs"];
   }
-  std::string rendered;
+  // The conversation continued turn by turn (each earlier answer as it followed its own prompt), so a follow-up
+  // turn extends the previous turn's tokens and resumes from its answer-end snapshot in the prefix cache.
+  std::vector<std::string> pieces;
   try {
-    rendered = ctx.chat_template->render(messages, tools, /*add_generation_prompt=*/true, extra);
+    pieces = ctx.chat_template->render_turns(messages, tools, extra, ctx.turns);
   } catch (const Error& e) {
     api_fail(400, "messages", "invalid_value", std::string("the chat template rejected the messages: ") + e.what());
   }
+  std::string rendered;
+  for (const std::string& piece : pieces) rendered += piece;
   // A think block the prompt leaves open is the answer's reasoning, up to </think>.
   const size_t open = rendered.rfind("<think>"), close = rendered.rfind("</think>");
   const bool think_open = open != std::string::npos && (close == std::string::npos || close < open);
@@ -294,11 +298,15 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
   if (force_call) {
     p.forced_text = std::string(think_open ? "\n</think>\n\n" : "") + "<tool_call>\n<function=" +
                     (forced_name.empty() ? "" : forced_name + ">\n");
-    rendered += p.forced_text;
+    pieces.back() += p.forced_text;
     if (forced_name.empty())  // "required": the name must be one of the tools
       for (const json& t : tools) p.gen.choice.push_back(t["function"]["name"].get<std::string>() + ">\n");
   }
-  p.gen.prompt = encode_prompt(ctx, rendered);
+  try {
+    p.gen.prompt = text::encode_turns(ctx.tok, pieces);
+  } catch (const Error& e) {
+    api_fail(400, "messages", "invalid_value", std::string("the prompt cannot be tokenized: ") + e.what());
+  }
   check_fits(p, ctx, "messages");
   return p;
 }

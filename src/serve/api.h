@@ -41,6 +41,7 @@ struct ApiContext {
   const text::ChatTemplate* chat_template;  // null: the model has none (chat requests are refused)
   const ModelInfo& model;
   std::string reasoning_format = "none";    // default of the request field: "none" | "auto"
+  text::TurnCache* turns = nullptr;         // recent chat prompts, so a follow-up renders only its newest turn
 };
 
 struct ParsedRequest {

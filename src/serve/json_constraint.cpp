@@ -101,6 +101,17 @@ bool JsonPrefix::feed(std::string_view bytes) {
   return true;
 }
 
+const nlohmann::ordered_json* JsonPrefix::items_of(const json* s) {
+  return s && s->contains("items") ? &(*s)["items"] : nullptr;
+}
+
+bool JsonPrefix::close_container() {
+  const Frame& f = stack_.back();
+  if (f.kind == '{' && !required_met(f)) return false;
+  stack_.pop_back();
+  return after_value();
+}
+
 bool JsonPrefix::after_value() {
   if (stack_.empty()) mode_ = Mode::kDone;
   else mode_ = stack_.back().kind == '{' ? Mode::kObjNext : Mode::kArrNext;
@@ -133,7 +144,7 @@ bool JsonPrefix::value_start(char ch) {
     case '[':
       if (!allows_type(s, "array")) return false;
       stack_.push_back({'[', s, {}});
-      vschema_ = s && s->contains("items") ? &(*s)["items"] : nullptr;
+      vschema_ = items_of(s);
       mode_ = Mode::kArrValueOrEnd;
       return true;
     case '"':
@@ -184,11 +195,7 @@ bool JsonPrefix::feed(char ch) {
     case Mode::kValue: return ws(c) || value_start(ch);
     case Mode::kKeyOrEnd:
       if (ws(c)) return true;
-      if (c == '}') {
-        if (!required_met(stack_.back())) return false;
-        stack_.pop_back();
-        return after_value();
-      }
+      if (c == '}') return close_container();
       [[fallthrough]];
     case Mode::kKey:
       if (ws(c)) return true;
@@ -212,24 +219,18 @@ bool JsonPrefix::feed(char ch) {
     case Mode::kArrNext: {
       if (ws(c)) return true;
       const bool obj = mode_ == Mode::kObjNext;
-      Frame& f = stack_.back();
+      const Frame& f = stack_.back();
       if (c == ',') {
         if (obj && !more_keys(f)) return false;
         mode_ = obj ? Mode::kKey : Mode::kValue;
-        if (!obj) vschema_ = f.schema && f.schema->contains("items") ? &(*f.schema)["items"] : nullptr;
+        if (!obj) vschema_ = items_of(f.schema);
         return true;
       }
-      if (c != (obj ? '}' : ']')) return false;
-      if (obj && !required_met(f)) return false;
-      stack_.pop_back();
-      return after_value();
+      return c == (obj ? '}' : ']') && close_container();
     }
     case Mode::kArrValueOrEnd:
       if (ws(c)) return true;
-      if (c == ']') {
-        stack_.pop_back();
-        return after_value();
-      }
+      if (c == ']') return close_container();
       return value_start(ch);
     case Mode::kString:
       if (c == '"') {
@@ -326,23 +327,25 @@ bool JsonPrefix::feed(char ch) {
   return false;
 }
 
-bool TokenConstraint::mask(float* logits, int64_t n_vocab) const {
-  std::vector<int32_t> banned;
+bool TokenConstraint::mask(float* logits, int64_t n_vocab) {
+  banned_.clear();  // reused: no allocation per generated token
   bool any = false;
   for (int64_t id = 0; id < n_vocab; ++id) {
     const bool ok = id < static_cast<int64_t>(bytes_.size()) && !special_[id] && !bytes_[id].empty() &&
                     allows(bytes_[id]);
     if (ok) any = true;
-    else banned.push_back(static_cast<int32_t>(id));
+    else banned_.push_back(static_cast<int32_t>(id));
   }
   if (!any) return false;
-  for (int32_t id : banned) logits[id] = -INFINITY;
+  for (int32_t id : banned_) logits[id] = -INFINITY;
   return true;
 }
 
-bool JsonConstraint::allows(const std::string& bytes) const {
-  JsonPrefix s = state_;
-  return s.feed(bytes);
+// Copy-assigning into the same scratch automaton reuses its buffers (stack, keys), so trying every vocabulary
+// entry does not allocate once the scratch has grown to the state's size.
+bool JsonConstraint::allows(const std::string& bytes) {
+  trial_ = state_;
+  return trial_.feed(bytes);
 }
 
 void JsonConstraint::accept(int32_t token) {
@@ -350,10 +353,11 @@ void JsonConstraint::accept(int32_t token) {
 }
 
 // A token fits when what has been generated plus its bytes is still a prefix of (or exactly) some option.
-bool ChoiceConstraint::allows(const std::string& bytes) const {
-  const std::string next = so_far_ + bytes;
-  return std::any_of(options_.begin(), options_.end(),
-                     [&](const std::string& o) { return o.compare(0, next.size(), next) == 0 && next.size() <= o.size(); });
+bool ChoiceConstraint::allows(const std::string& bytes) {
+  return std::any_of(options_.begin(), options_.end(), [&](const std::string& o) {
+    return o.size() >= so_far_.size() + bytes.size() && o.compare(0, so_far_.size(), so_far_) == 0 &&
+           o.compare(so_far_.size(), bytes.size(), bytes) == 0;
+  });
 }
 
 void ChoiceConstraint::accept(int32_t token) {

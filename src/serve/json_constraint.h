@@ -56,6 +56,8 @@ class JsonPrefix {
   enum class Num : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp };
 
   bool after_value();        // a value just ended: continue in the enclosing container
+  bool close_container();    // '}' or ']' of the innermost container (an object's required keys must be there)
+  static const json* items_of(const json* s);  // the element schema of an array schema (null: anything)
   bool closed(const Frame& f) const;                  // only the schema's properties may appear
   bool key_ok(const Frame& f, bool complete) const;   // keybuf_ so far / complete
   bool required_met(const Frame& f) const;
@@ -87,15 +89,17 @@ class TokenConstraint {
       : bytes_(token_bytes), special_(special) {}
   virtual ~TokenConstraint() = default;
   // Sets logits of tokens that cannot come next to -inf. Returns false when no token can (then nothing changes).
-  bool mask(float* logits, int64_t n_vocab) const;
+  // Not const: it reuses scratch buffers.
+  bool mask(float* logits, int64_t n_vocab);
   virtual void accept(int32_t token) = 0;
   virtual bool done() const = 0;
   virtual bool ends_answer() const = 0;  // true: the answer ends when done(); false: generation goes on freely
 
  protected:
-  virtual bool allows(const std::string& bytes) const = 0;
+  virtual bool allows(const std::string& bytes) = 0;
   const std::vector<std::string>& bytes_;
   const std::vector<bool>& special_;
+  std::vector<int32_t> banned_;  // mask's scratch
 };
 
 // response_format json_object (schema null) or json_schema.
@@ -109,9 +113,10 @@ class JsonConstraint : public TokenConstraint {
   bool ends_answer() const override { return true; }
 
  private:
-  bool allows(const std::string& bytes) const override;
+  bool allows(const std::string& bytes) override;
   nlohmann::ordered_json schema_;  // owned: state_ points into it
   JsonPrefix state_;
+  JsonPrefix trial_;               // allows' scratch: state_ plus one token's bytes
 };
 
 // Exactly one of a few strings comes next (tool_choice "required": one of the tool names), then anything.
@@ -125,7 +130,7 @@ class ChoiceConstraint : public TokenConstraint {
   bool ends_answer() const override { return false; }
 
  private:
-  bool allows(const std::string& bytes) const override;
+  bool allows(const std::string& bytes) override;
   std::vector<std::string> options_;
   std::string so_far_;
 };

@@ -237,16 +237,26 @@ void Scheduler::snapshot_answer(Job& j) {
 }
 
 void Scheduler::step(std::vector<Job*>& jobs) {
-  std::vector<SeqInput> batch;
-  std::vector<Job*> owner;
+  // batch_ and owner_ keep their rows (and each row's token buffer) from step to step: no allocation per step
+  // once they have grown. n_rows of them are this step's.
+  std::vector<SeqInput>& batch = batch_;
+  std::vector<Job*>& owner = owner_;
+  size_t n_rows = 0;
+  auto add_row = [&](Job* j, const int32_t* first, const int32_t* last) {
+    if (n_rows == batch.size()) batch.emplace_back();
+    batch[n_rows].state = states_[j->slot].get();
+    batch[n_rows].tokens.assign(first, last);
+    batch[n_rows].all_logits = false;
+    owner.resize(std::max(owner.size(), n_rows + 1));
+    owner[n_rows++] = j;
+  };
   // Cancelled requests leave before the forward.
   for (Job* j : jobs)
     if (j->c->cancelled()) finish(*j, Finish::kCancelled);
   // Every decoding sequence feeds its last token.
   for (Job* j : jobs) {
     if (j->done || j->prefilling()) continue;
-    batch.push_back({states_[j->slot].get(), {j->next}, false});
-    owner.push_back(j);
+    add_row(j, &j->next, &j->next + 1);
   }
   // Prompt chunks, first come first served, within the step's budget. A chunk runs from n_fed to the next multiple
   // of `batch` in the prompt, so chunk boundaries do not depend on what else is running.
@@ -258,14 +268,13 @@ void Scheduler::step(std::vector<Job*>& jobs) {
     auto point = std::upper_bound(j->points.begin(), j->points.end(), j->n_fed);
     if (cache_.enabled() && point != j->points.end()) end = std::min(end, *point);
     if (end - j->n_fed > budget) break;
-    SeqInput in{states_[j->slot].get(), {}, false};
-    in.tokens.assign(j->req.prompt.begin() + j->n_fed, j->req.prompt.begin() + end);
+    add_row(j, j->req.prompt.data() + j->n_fed, j->req.prompt.data() + end);
     budget -= end - j->n_fed;
     n_prompt_rows += end - j->n_fed;
-    batch.push_back(std::move(in));
-    owner.push_back(j);
   }
-  if (batch.empty()) return;
+  if (n_rows == 0) return;
+  batch.resize(n_rows);  // the forward takes every row of the vector; rows past n_rows are dropped (rare)
+  owner.resize(n_rows);
 
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float>* logits = nullptr;
@@ -289,7 +298,8 @@ void Scheduler::step(std::vector<Job*>& jobs) {
       }
       if (j.prefilling()) continue;  // more prompt to go: this row's logits are not needed
     }
-    const float* row = logits->data() + static_cast<int64_t>(i) * V;
+    const float* raw = logits->data() + static_cast<int64_t>(i) * V;
+    const float* row = raw;
     int32_t tok;
     try {
       if (j.json) {  // only tokens that keep the answer a JSON-object prefix
@@ -304,7 +314,7 @@ void Scheduler::step(std::vector<Job*>& jobs) {
       continue;
     }
     ++n_sampled;
-    after_token(j, tok, row);
+    after_token(j, tok, raw);  // log-probabilities are the model's, before the JSON mask (as for other filters)
   }
   std::lock_guard lk(m_);
   stats_.steps++;
@@ -314,8 +324,8 @@ void Scheduler::step(std::vector<Job*>& jobs) {
   stats_.cache = cache_.stats();
 }
 
-// log-softmax of the row at `tok`, and the n largest entries (ties: lower id first).
-static TokenLogprob logprob_of(const float* logits, int64_t V, int32_t tok, int n) {
+// log-softmax of the row at `tok`, and the n largest entries (ties: lower id first). ids: scratch, [V] after.
+static TokenLogprob logprob_of(const float* logits, int64_t V, int32_t tok, int n, std::vector<int32_t>& ids) {
   float mx = -INFINITY;
   for (int64_t i = 0; i < V; ++i)
     if (logits[i] > mx) mx = logits[i];
@@ -326,7 +336,7 @@ static TokenLogprob logprob_of(const float* logits, int64_t V, int32_t tok, int 
   lp.id = tok;
   lp.logprob = static_cast<float>(logits[tok] - lse);
   if (n > 0) {
-    std::vector<int32_t> ids(static_cast<size_t>(V));
+    ids.resize(static_cast<size_t>(V));
     for (int64_t i = 0; i < V; ++i) ids[i] = static_cast<int32_t>(i);
     const size_t k = std::min<size_t>(static_cast<size_t>(n), ids.size());
     std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
@@ -345,7 +355,7 @@ bool Scheduler::after_token(Job& j, int32_t tok, const float* logits) {
     j.c->tokens_.push_back(tok);
     // End-of-generation tokens are not part of the answer's text, nor of its log-probabilities.
     if (j.req.top_logprobs >= 0 && !eog)
-      j.c->pending_logprobs_.push_back(logprob_of(logits, engine_.config().n_vocab, tok, j.req.top_logprobs));
+      j.c->pending_logprobs_.push_back(logprob_of(logits, engine_.config().n_vocab, tok, j.req.top_logprobs, top_ids_));
   }
   ++j.c->n_generated_;
   const int64_t n_gen = static_cast<int64_t>(j.c->tokens_.size());

@@ -138,6 +138,10 @@ class Scheduler {
   std::vector<std::string> token_bytes_;  // [n_vocab], for constrained decoding
   std::vector<bool> special_;             // [n_vocab] control tokens (never inside constrained output)
   std::vector<float> masked_;             // scratch row for constrained sampling
+  // Scheduler-thread scratch reused every step: the forward's rows and the job of each, top-logprob candidates.
+  std::vector<models::qwen35moe::SeqInput> batch_;
+  std::vector<Job*> owner_;
+  std::vector<int32_t> top_ids_;
 
   mutable std::mutex m_;
   std::condition_variable cv_;

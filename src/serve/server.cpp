@@ -233,7 +233,7 @@ void Server::routes() {
 
 void Server::generate(const std::string& request_body, httplib::Response& res, bool chat) {
   const json body = parse_json_body(request_body);
-  ApiContext ctx{tok_, tpl_, model_, o_.reasoning_format};
+  ApiContext ctx{tok_, tpl_, model_, o_.reasoning_format, &turns_};
   ParsedRequest p = chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
   std::shared_ptr<Completion> c;
   try {

@@ -46,6 +46,7 @@ class Server {
   Scheduler& sched_;
   const text::Tokenizer& tok_;
   const text::ChatTemplate* tpl_;
+  text::TurnCache turns_;  // the chat prompts of recent requests (ApiContext::turns)
   ModelInfo model_;
   std::unique_ptr<httplib::Server> http_;
 

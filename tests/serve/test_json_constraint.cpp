@@ -2,6 +2,8 @@
 // scheduler's constrained answers are always such prefixes (complete objects when they end by themselves).
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include <nlohmann/json.hpp>
 
 #include "serve/json_constraint.h"
@@ -13,51 +15,74 @@ using namespace tern::serve;
 
 namespace {
 
-bool accepts(const std::string& s, bool* done = nullptr) {
-  JsonPrefix p;
-  bool ok = p.feed(s);
+using ojson = nlohmann::ordered_json;
+
+// Whether the automaton (with `schema`, or any object when null) accepts `s` as a prefix, and *done: whether `s`
+// completes the object.
+bool accepts(const std::string& s, const ojson* schema = nullptr, bool* done = nullptr) {
+  JsonPrefix p(schema);
+  const bool ok = p.feed(s);
   if (done) *done = ok && p.done();
   return ok;
+}
+
+// The bundled model, for constrained answers from the scheduler.
+struct TinyModel {
+  TinyModel() {
+    runtime::EngineOptions o;
+    o.model_path = TERN_FIXTURES_DIR "/../../models/tern-tiny-q35moe.gguf";
+    o.n_ctx = 256;
+    o.threads = 1;
+    engine = std::make_unique<runtime::Engine>(o);
+    tok = std::make_unique<text::Tokenizer>(text::tokenizer_data_from_gguf(*engine->model().file));
+  }
+  std::unique_ptr<runtime::Engine> engine;
+  std::unique_ptr<text::Tokenizer> tok;
+};
+
+enum class Want { kComplete, kRejected };
+
+// One table of texts, one verdict. kComplete: accepted and done, valid JSON for nlohmann's parser (the reference),
+// and every proper prefix accepted but not done. kRejected: refused (at some byte).
+void expect_all(Want want, std::initializer_list<const char*> texts, const ojson* schema = nullptr) {
+  for (const char* t : texts) {
+    const std::string s = t;
+    bool done = false;
+    if (want == Want::kRejected) {
+      EXPECT_FALSE(accepts(s, schema)) << s;
+      continue;
+    }
+    EXPECT_TRUE(accepts(s, schema, &done)) << s;
+    EXPECT_TRUE(done) << s;
+    EXPECT_NO_THROW((void)nlohmann::json::parse(s)) << s;
+    for (size_t n = 0; n < s.size(); ++n) {
+      if (s.find_first_not_of(" \n", n) == std::string::npos) break;  // only trailing whitespace left: done already
+      EXPECT_TRUE(accepts(s.substr(0, n), schema, &done)) << s.substr(0, n);
+      EXPECT_FALSE(done) << s.substr(0, n);
+    }
+  }
 }
 
 }  // namespace
 
 TEST(JsonPrefix, CompleteObjects) {
-  for (const char* s : {"{}", " { } ", "{\"a\":1}", "{\"a\": [1, -2.5e+3, 0, true, false, null, \"x\"]}",
-                        "{\"k\": {\"n\": {\"m\": []}}, \"e\": \"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\"}",
-                        "{\"utf8\": \"caf\xc3\xa9\"}", "{\"a\":0.5E-2}\n"}) {
-    bool done = false;
-    EXPECT_TRUE(accepts(s, &done)) << s;
-    EXPECT_TRUE(done) << s;
-    EXPECT_NO_THROW((void)nlohmann::json::parse(s)) << s;  // the reference parser agrees
-  }
-}
-
-TEST(JsonPrefix, PrefixesAreAcceptedButNotDone) {
-  const std::string full = "{\"a\": [1, -2.5e+3, {\"b\": null}], \"c\": \"d\\u00e9\"}";
-  for (size_t n = 0; n < full.size(); ++n) {
-    bool done = true;
-    EXPECT_TRUE(accepts(full.substr(0, n), &done)) << full.substr(0, n);
-    EXPECT_FALSE(done) << full.substr(0, n);
-  }
+  expect_all(Want::kComplete, {"{}", " { } ", "{\"a\":1}", "{\"a\": [1, -2.5e+3, 0, true, false, null, \"x\"]}",
+                               "{\"k\": {\"n\": {\"m\": []}}, \"e\": \"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\"}",
+                               "{\"utf8\": \"caf\xc3\xa9\"}", "{\"a\":0.5E-2}\n",
+                               "{\"a\": [1, -2.5e+3, {\"b\": null}], \"c\": \"d\\u00e9\"}"});
 }
 
 TEST(JsonPrefix, Rejects) {
-  for (const char* s : {"[1]", "\"x\"", "1", "{1:2}", "{\"a\" 1}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":1.e3}",
-                        "{\"a\":-}", "{\"a\":tru}", "{\"a\":nul }", "{\"a\":1,}", "{\"a\":[1,]}", "{\"a\":\"\\x\"}",
-                        "{\"a\":\"\\u12g4\"}", "{\"a\":\"line\nbreak\"}", "{}}", "{} x", "{,}", "{\"a\":1]"}) {
-    EXPECT_FALSE(accepts(s)) << s;
-  }
+  expect_all(Want::kRejected, {"[1]", "\"x\"", "1", "{1:2}", "{\"a\" 1}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":1.e3}",
+                               "{\"a\":-}", "{\"a\":tru}", "{\"a\":nul }", "{\"a\":1,}", "{\"a\":[1,]}",
+                               "{\"a\":\"\\x\"}", "{\"a\":\"\\u12g4\"}", "{\"a\":\"line\nbreak\"}", "{}}", "{} x", "{,}",
+                               "{\"a\":1]"});
 }
 
 TEST(JsonConstraint, ScheduledAnswersAreJsonObjects) {
-  runtime::EngineOptions o;
-  o.model_path = TERN_FIXTURES_DIR "/../../models/tern-tiny-q35moe.gguf";
-  o.n_ctx = 256;
-  o.threads = 1;
-  runtime::Engine engine(o);
-  text::Tokenizer tok(text::tokenizer_data_from_gguf(*engine.model().file));
-  Scheduler s(engine, tok, SchedulerOptions{});
+  TinyModel m;
+  const text::Tokenizer& tok = *m.tok;
+  Scheduler s(*m.engine, tok, SchedulerOptions{});
   int complete = 0;
   for (int seed = 0; seed < 6; ++seed) {
     GenRequest r;
@@ -70,7 +95,7 @@ TEST(JsonConstraint, ScheduledAnswersAreJsonObjects) {
     std::string text;
     while (!c->wait(&text, std::chrono::milliseconds(200))) {}
     bool done = false;
-    EXPECT_TRUE(accepts(text, &done)) << "seed " << seed << ": " << text;
+    EXPECT_TRUE(accepts(text, nullptr, &done)) << "seed " << seed << ": " << text;
     if (c->finish() == Finish::kStop) {
       EXPECT_TRUE(done) << text;
       EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
@@ -106,36 +131,24 @@ TEST(ChoiceConstraint, OneOfTheOptionsThenFree) {
 }
 
 namespace {
-const nlohmann::ordered_json kPerson = nlohmann::ordered_json::parse(R"({"type": "object", "properties": {
+const ojson kPerson = ojson::parse(R"({"type": "object", "properties": {
   "name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}},
   "color": {"enum": ["red", "green", 7]}, "ratio": {"type": ["number", "null"]}}, "required": ["name", "age"]})");
-
-bool schema_accepts(const std::string& s, bool* done = nullptr) {
-  JsonPrefix p(&kPerson);
-  const bool ok = p.feed(s);
-  if (done) *done = ok && p.done();
-  return ok;
-}
 }  // namespace
 
 TEST(JsonSchema, Conforming) {
-  for (const char* s : {R"({"name": "x", "age": 3})", R"({"age": -3, "name": "\u00e9", "color": "red", "tags": ["a", "b"]})",
-                        R"({"name":"","age":0,"color":7,"ratio":null})", R"({"name":"a","age":1,"ratio":2.5e3,"tags":[]})"}) {
-    bool done = false;
-    EXPECT_TRUE(schema_accepts(s, &done)) << s;
-    EXPECT_TRUE(done) << s;
-    const std::string full = s;
-    for (size_t n = 0; n < full.size(); ++n) EXPECT_TRUE(schema_accepts(full.substr(0, n))) << full.substr(0, n);
-  }
+  expect_all(Want::kComplete,
+             {R"({"name": "x", "age": 3})", R"({"age": -3, "name": "\u00e9", "color": "red", "tags": ["a", "b"]})",
+              R"({"name":"","age":0,"color":7,"ratio":null})", R"({"name":"a","age":1,"ratio":2.5e3,"tags":[]})"},
+             &kPerson);
 }
 
 TEST(JsonSchema, Violations) {
-  for (const char* s : {R"({"name": "x"})", R"({})", R"({"nam")", R"({"x")", R"({"age": 3.5)", R"({"age": 1e3)",
-                        R"({"name": 1)", R"({"color": "blue")", R"({"color": 8)", R"({"age": 1, "age")",
-                        R"({"tags": [1)", R"({"tags": {)", R"({"ratio": "a")", R"({"name": "a", "age": 1, "tags": ["x"], )"
-                        R"("color": "red", "ratio": 1,)"}) {
-    EXPECT_FALSE(schema_accepts(s)) << s;
-  }
+  expect_all(Want::kRejected,
+             {R"({"name": "x"})", R"({})", R"({"nam")", R"({"x")", R"({"age": 3.5)", R"({"age": 1e3)", R"({"name": 1)",
+              R"({"color": "blue")", R"({"color": 8)", R"({"age": 1, "age")", R"({"tags": [1)", R"({"tags": {)",
+              R"({"ratio": "a")", R"({"name": "a", "age": 1, "tags": ["x"], )" R"("color": "red", "ratio": 1,)"},
+             &kPerson);
 }
 
 TEST(JsonSchema, CheckSchema) {
@@ -149,13 +162,9 @@ TEST(JsonSchema, CheckSchema) {
 
 // With a small schema even the tiny model's answers complete, and conform.
 TEST(JsonSchema, ScheduledAnswersConform) {
-  runtime::EngineOptions o;
-  o.model_path = TERN_FIXTURES_DIR "/../../models/tern-tiny-q35moe.gguf";
-  o.n_ctx = 256;
-  o.threads = 1;
-  runtime::Engine engine(o);
-  text::Tokenizer tok(text::tokenizer_data_from_gguf(*engine.model().file));
-  Scheduler s(engine, tok, SchedulerOptions{});
+  TinyModel m;
+  const text::Tokenizer& tok = *m.tok;
+  Scheduler s(*m.engine, tok, SchedulerOptions{});
   const auto schema = nlohmann::ordered_json::parse(
       R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}}, "required": ["ok", "n"]})");
   for (int seed = 0; seed < 4; ++seed) {

@@ -9,7 +9,9 @@
 
 #include "core/error.h"
 #include "runtime/generate.h"
+#include "serve/api.h"
 #include "serve/scheduler.h"
+#include "text/chat_template.h"
 #include "text/gguf_vocab.h"
 
 using namespace tern;
@@ -265,6 +267,63 @@ TEST(Scheduler, PrefixCacheSameOutput) {
   EXPECT_EQ(cached[1], 13);                                                            // the first message
 }
 
+// Chat through the OpenAI request parser with the bundled model, whose template is the Qwen3.5 one (earlier answers
+// re-render without their think blocks). A follow-up turn whose history ends with the answer as the server
+// returned it extends the first turn's tokens, resumes from the snapshot at the end of that answer, and answers
+// exactly as a server without the cache does.
+//
+// With thinking on, this model writes its answer inside the open think block and ends the turn without
+// </think>; the template renders such an answer with an empty think block in front, which is not what the model
+// generated, so the follow-up must fall back to the longest real prefix: the first turn's whole prompt.
+TEST(Scheduler, FollowUpChatTurnResumesAtTheAnswerEnd) {
+  const std::optional<std::string> src = text::chat_template_from_gguf(*model().engine->model().file);
+  ASSERT_TRUE(src);
+  const text::ChatTemplate tpl(*src);
+  ModelInfo info;
+  info.id = "tiny";
+  info.n_ctx = model().engine->n_ctx();
+  for (bool thinking : {false, true}) {
+    SCOPED_TRACE(thinking ? "thinking" : "no thinking");
+    text::TurnCache turns;  // as the server has: the follow-up starts from the first turn's prompt pieces
+    const ApiContext ctx{*model().tok, &tpl, info, "none", &turns};
+    SchedulerOptions so;
+    so.cache_bytes = size_t{64} << 20;
+    Scheduler cached(*model().engine, *model().tok, so);
+    so.cache_bytes = 0;
+    Scheduler uncached(*model().engine, *model().tok, so);
+    json body = {{"messages", json::array({{{"role", "user"}, {"content", "Who made the light?"}}})},
+                 {"temperature", 0},
+                 {"max_tokens", 160}};
+    if (!thinking) body["chat_template_kwargs"] = {{"enable_thinking", false}};
+    const ParsedRequest p1 = parse_chat_request(body, ctx);
+    auto c1 = cached.submit(p1.gen);
+    const Outcome t1 = drain(*c1);
+    ASSERT_EQ(t1.finish, Finish::kStop) << t1.text;  // ended by the template's end of turn
+    ASSERT_GE(t1.tokens.size(), 2u);
+    body["messages"].push_back({{"role", "assistant"}, {"content", t1.text}});
+    body["messages"].push_back({{"role", "user"}, {"content", "And the dark?"}});
+    const ParsedRequest p2 = parse_chat_request(body, ctx);
+    EXPECT_EQ(turns.hits(), 1);
+    // What the first turn's sequence processed: its prompt and every answer token but the last (never fed).
+    std::vector<int32_t> fed = p1.gen.prompt;
+    fed.insert(fed.end(), t1.tokens.begin(), t1.tokens.end() - 1);
+    ASSERT_GT(p2.gen.prompt.size(), fed.size() + 1);
+    ASSERT_TRUE(std::equal(p1.gen.prompt.begin(), p1.gen.prompt.end(), p2.gen.prompt.begin()))
+        << "turn 2 does not extend turn 1's prompt";
+    if (thinking) ASSERT_EQ(t1.text.find("</think>"), std::string::npos) << "premise: the think block stays open";
+    const bool at_answer_end = !thinking;
+    EXPECT_EQ(std::equal(fed.begin(), fed.end(), p2.gen.prompt.begin()), at_answer_end);
+    auto c2 = cached.submit(p2.gen);
+    const Outcome t2 = drain(*c2);
+    EXPECT_EQ(c2->n_cached(), static_cast<int64_t>(at_answer_end ? fed.size() : p1.gen.prompt.size()));
+    auto u2 = uncached.submit(p2.gen);
+    const Outcome o2 = drain(*u2);
+    EXPECT_EQ(u2->n_cached(), 0);
+    EXPECT_EQ(t2.tokens, o2.tokens);
+    EXPECT_EQ(t2.text, o2.text);
+  }
+}
+
 TEST(PrefixCache, LeastRecentlyUsedWithinBudget) {
   auto& e = *model().engine;
   auto snapshot = [&](int salt, int n) {
@@ -333,4 +392,26 @@ TEST(Scheduler, Logprobs) {
   while (!c2->wait(&text, std::chrono::milliseconds(200), &none)) {}
   EXPECT_TRUE(none.empty());
   EXPECT_EQ(c2->tokens(), c->tokens());
+}
+
+// Log-probabilities are the model's, before the JSON mask (the docs: before the sampling filters): at the first
+// position the top entry is the token the unconstrained greedy answer starts with, not the masked choice.
+TEST(Scheduler, LogprobsAreTakenBeforeTheJsonMask) {
+  Scheduler s(*model().engine, *model().tok, SchedulerOptions{});
+  GenRequest r;
+  r.prompt = model().tok->encode("<|im_start|>user\nGive me a JSON object.<|im_end|>\n<|im_start|>assistant\n", true);
+  r.max_tokens = 4;
+  r.sampling.temperature = 0;
+  const Outcome free = drain(*s.submit(r));
+  r.json_object = true;
+  r.top_logprobs = 2;
+  auto c = s.submit(r);
+  std::string text;
+  std::vector<TokenLogprob> lps;
+  while (!c->wait(&text, std::chrono::milliseconds(200), &lps)) {}
+  ASSERT_FALSE(free.tokens.empty());
+  ASSERT_FALSE(lps.empty());
+  ASSERT_NE(lps[0].id, free.tokens[0]) << "premise: the model's favourite first token is not JSON";
+  EXPECT_EQ(lps[0].top[0].first, free.tokens[0]);
+  EXPECT_LT(lps[0].logprob, lps[0].top[0].second);
 }

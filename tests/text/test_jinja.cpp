@@ -172,4 +172,98 @@ TEST(ChatTemplate, ReusableAcrossRenders) {
   EXPECT_EQ(t.render(b, json(), false, json()), "user:y;assistant:z;");
 }
 
+// Continued conversations with the real Qwen3.5 template. Expected texts are written from the template's rules:
+// the generation prompt is "<|im_start|>assistant\n<think>\n" with enable_thinking, the newest answer renders as
+// "<think>\n" + reasoning + "\n</think>\n\n" + content, earlier answers (before the last user message) as the
+// content only.
+TEST(ChatTemplate, ContinuedConversationQwen35) {
+  tern::text::ChatTemplate t(read_file(kDir + "qwen3.5-0.8b.jinja"));
+  const json think = {{"enable_thinking", true}};
+  const std::string gen = "<|im_start|>assistant\n<think>\n";
+  json msgs = json::array({{{"role", "user"}, {"content", "Hi"}},
+                           {{"role", "assistant"}, {"content", "Greet back.\n</think>\n\nHello!"}},
+                           {{"role", "user"}, {"content", "Bye"}}});
+  EXPECT_EQ(t.answer_text(msgs, 1, json(), think), "Greet back.\n</think>\n\nHello!");
+  const std::string delta1 = "<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n" + gen;
+  EXPECT_EQ(t.turn_delta(msgs, 1, json(), think), delta1);
+  const std::string first = "<|im_start|>user\nHi<|im_end|>\n" + gen;
+  EXPECT_EQ(t.render_turns(msgs, json(), think),
+            (std::vector<std::string>{first, "Greet back.\n</think>\n\nHello!", delta1}));
+  // The plain render drops the earlier think block; the continued one keeps what the model saw.
+  EXPECT_EQ(t.render(msgs, json(), true, think),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n" +
+                gen);
+
+  // A third turn extends the second one's pieces.
+  json more = msgs;
+  more.push_back({{"role", "assistant"}, {"content", "Part.\n</think>\n\nFarewell."}});
+  more.push_back({{"role", "user"}, {"content", "Again"}});
+  const std::vector<std::string> p3 = t.render_turns(more, json(), think);
+  ASSERT_EQ(p3.size(), 5u);
+  EXPECT_EQ(p3[3], "Part.\n</think>\n\nFarewell.");
+  EXPECT_EQ(p3[4], "<|im_end|>\n<|im_start|>user\nAgain<|im_end|>\n" + gen);
+  // The second turn's prompt is a prefix of the third's: pieces 0..2 are the second turn's delta included.
+  EXPECT_EQ(p3[2], delta1);
+  // With a TurnCache each turn starts from the previous turn's pieces, and gets the same result.
+  tern::text::TurnCache cache;
+  EXPECT_EQ(t.render_turns(json::array({msgs[0]}), json(), think, &cache), (std::vector<std::string>{first}));
+  EXPECT_EQ(t.render_turns(msgs, json(), think, &cache),
+            (std::vector<std::string>{first, "Greet back.\n</think>\n\nHello!", delta1}));
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_EQ(t.render_turns(more, json(), think, &cache), p3);
+  EXPECT_EQ(cache.hits(), 2);
+  // Other extra context, other conversation: no hit.
+  EXPECT_EQ(t.render_turns(more, json(), json(), &cache), t.render_turns(more, json(), json()));
+  EXPECT_EQ(cache.hits(), 2);
+
+  // An answer without a think block (written by the client) shows the empty block the template gives it.
+  msgs[1]["content"] = "Hello!";
+  EXPECT_EQ(t.answer_text(msgs, 1, json(), think), "\n</think>\n\nHello!");
+  // Reasoning given as a field is put back in front of the content.
+  msgs[1]["reasoning_content"] = "Greet back.";
+  EXPECT_EQ(t.answer_text(msgs, 1, json(), think), "Greet back.\n</think>\n\nHello!");
+
+  // Without thinking the generation prompt closes an empty think block; the answer is the content alone.
+  json plain = msgs;
+  plain[1] = {{"role", "assistant"}, {"content", "Hello!"}};
+  EXPECT_EQ(t.answer_text(plain, 1, json(), json()), "Hello!");
+  EXPECT_EQ(t.turn_delta(plain, 1, json(), json()),
+            "<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+
+  // Not an assistant message, or out of range: nothing.
+  EXPECT_FALSE(t.answer_text(msgs, 0, json(), think));
+  EXPECT_FALSE(t.turn_delta(msgs, 7, json(), think));
+}
+
+TEST(ChatTemplate, ContinuedConversationFallsBack) {
+  json msgs = json::array({{{"role", "user"}, {"content", "x"}},
+                           {{"role", "assistant"}, {"content", "y"}},
+                           {{"role", "user"}, {"content", "z"}}});
+  // A template that does not rewrite answers: the pieces concatenate to the plain render.
+  tern::text::ChatTemplate same(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}");
+  EXPECT_EQ(same.render_turns(msgs, json(), json()),
+            (std::vector<std::string>{"<user>x</user><assistant>", "y", "</assistant><user>z</user><assistant>"}));
+  // A template that does not show the answer verbatim: one piece, the plain render.
+  tern::text::ChatTemplate upper(
+      "{% for m in messages %}{{ m.role }}:{{ m.content | upper }};{% endfor %}{% if add_generation_prompt %}A:{% endif %}");
+  EXPECT_FALSE(upper.turn_delta(msgs, 1, json(), json()));
+  EXPECT_EQ(upper.render_turns(msgs, json(), json()), (std::vector<std::string>{"user:X;assistant:Y;user:Z;A:"}));
+  // A generation prompt that is not where the answer starts (the answer gets a different opening): no answer text.
+  tern::text::ChatTemplate other(
+      "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{% if add_generation_prompt %}[bot]{% endif %}");
+  EXPECT_FALSE(other.answer_text(msgs, 1, json(), json()));
+  EXPECT_EQ(other.render_turns(msgs, json(), json()), (std::vector<std::string>{"[user]x[assistant]y[user]z[bot]"}));
+  // The marker text inside a message is not mistaken for the answer's place.
+  json sneaky = msgs;
+  sneaky[2]["content"] = "\x01tern-answer-end\x01";
+  EXPECT_FALSE(same.turn_delta(sneaky, 1, json(), json()));
+  // Errors of the whole conversation still reach the caller.
+  tern::text::ChatTemplate strict("{% if messages[-1].role != 'user' %}{{ raise_exception('last must be user') }}{% endif %}ok");
+  json bad = msgs;
+  bad.push_back({{"role", "assistant"}, {"content", "w"}});
+  EXPECT_THROW(strict.render_turns(bad, json(), json()), Error);
+}
+
 }  // namespace
