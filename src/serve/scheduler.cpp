@@ -86,6 +86,7 @@ Scheduler::Scheduler(runtime::Engine& engine, const text::Tokenizer& tok, const 
     special_[id] = tok.token_type(id) == text::TokenType::kControl || tok.token_type(id) == text::TokenType::kUnused;
   }
   stats_.cache = cache_.stats();
+  stats_.experts = engine_.forward().experts().stats();
   slots_.resize(o_.parallel);
   for (int i = 0; i < o_.parallel; ++i)
     states_.push_back(std::make_unique<SequenceState>(engine.config(), n_ctx_, engine.kv_type()));
@@ -162,6 +163,8 @@ SchedulerStats Scheduler::stats() const {
   std::lock_guard lk(m_);
   SchedulerStats s = stats_;
   s.queued = static_cast<int64_t>(queue_.size());
+  const auto& store = engine_.forward().experts();  // streamed() and slots() are fixed at start-up
+  s.expert_slots = store.streamed() ? store.slots() : 0;
   s.active = std::count_if(slots_.begin(), slots_.end(), [](const auto& j) { return j != nullptr; });
   return s;
 }
@@ -322,6 +325,7 @@ void Scheduler::step(std::vector<Job*>& jobs) {
   stats_.prompt_tokens += n_prompt_rows;
   stats_.completion_tokens += n_sampled;
   stats_.cache = cache_.stats();
+  stats_.experts = engine_.forward().experts().stats();  // copied here, on the thread that runs the forwards
 }
 
 // log-softmax of the row at `tok`, and the n largest entries (ties: lower id first). ids: scratch, [V] after.

@@ -103,6 +103,8 @@ struct SchedulerStats {
   int64_t steps = 0;
   double busy_seconds = 0;                   // time spent in forwards
   PrefixCacheStats cache;
+  models::qwen35moe::ExpertCacheStats experts;  // streamed experts (--mem-budget); zeros when mapped
+  int64_t expert_slots = 0;                     // experts cached per layer; 0 when mapped
 };
 
 class Scheduler {

@@ -422,6 +422,12 @@ std::string Server::metrics_text() {
   line("tern_prefix_cache_entries", "gauge", "Snapshots held.", static_cast<double>(s.cache.entries));
   line("tern_prefix_cache_bytes", "gauge", "Bytes held by snapshots.", static_cast<double>(s.cache.bytes));
   line("tern_prefix_cache_budget_bytes", "gauge", "Prefix-cache budget (--cache-mib).", static_cast<double>(s.cache.budget));
+  line("tern_expert_cache_slots", "gauge", "Routed experts cached per layer (0: experts memory-mapped, no --mem-budget).",
+       static_cast<double>(s.expert_slots));
+  line("tern_expert_cache_hits_total", "counter", "Routed-expert lookups served from the cache.", static_cast<double>(s.experts.hits));
+  line("tern_expert_cache_misses_total", "counter", "Routed experts read from the model file.", static_cast<double>(s.experts.misses));
+  line("tern_expert_cache_read_bytes_total", "counter", "Bytes of routed experts read from the model file.", static_cast<double>(s.experts.bytes_read));
+  line("tern_expert_cache_wait_seconds_total", "counter", "Seconds forwards waited on expert reads.", s.experts.read_seconds);
   line("tern_queue_depth", "gauge", "Requests waiting for a free sequence.", static_cast<double>(s.queued));
   line("tern_sequences_active", "gauge", "Sequences running now.", static_cast<double>(s.active));
   line("tern_sequences_max", "gauge", "Sequences that can run at once (--parallel).", static_cast<double>(sched_.parallel()));

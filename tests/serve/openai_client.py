@@ -432,8 +432,11 @@ check(f"load: sequences were batched ({gen / max(steps, 1):.2f} tokens per step)
 check("load: every output identical to the request run alone", mismatches == 0, f"{mismatches} mismatches")
 _, mt = raw("GET", "/metrics")
 for name in ("tern_http_requests_total", "tern_prompt_tokens_total", "tern_completion_tokens_total",
-             "tern_queue_depth", "tern_sequences_active", "tern_tokens_per_second"):
+             "tern_queue_depth", "tern_sequences_active", "tern_tokens_per_second", "tern_expert_cache_slots",
+             "tern_expert_cache_hits_total", "tern_expert_cache_misses_total", "tern_expert_cache_read_bytes_total"):
     check(f"/metrics has {name}", f"\n{name}" in "\n" + mt, "")
+check("no --mem-budget: experts mapped, no expert reads", metric("tern_expert_cache_slots") == 0
+      and metric("tern_expert_cache_misses_total") == 0)
 check("queue drained after the load", metric("tern_queue_depth") == 0 and metric("tern_sequences_active") == 0)
 
 print(f"{failures} failed ({time.time() - t_start:.1f}s)")

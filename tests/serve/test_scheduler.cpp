@@ -415,3 +415,38 @@ TEST(Scheduler, LogprobsAreTakenBeforeTheJsonMask) {
   EXPECT_EQ(lps[0].top[0].first, free.tokens[0]);
   EXPECT_LT(lps[0].logprob, lps[0].top[0].second);
 }
+
+// Issue 8 in the server: an engine streaming its experts through a 3-per-layer cache serves batched requests with
+// exactly the mapped engine's outputs, and the scheduler's stats (what /metrics exports) carry the cache counters.
+TEST(Scheduler, StreamedExpertsSameOutputAndCounters) {
+  runtime::EngineOptions o;
+  o.model_path = kModel;
+  o.n_ctx = 256;
+  o.threads = 1;
+  o.expert_cache = 3;
+  runtime::Engine streamed(o);
+  std::vector<GenRequest> reqs = {request(12, 21, 10), request(40, 22, 8, true), request(7, 23, 12)};
+  SchedulerOptions so;
+  so.parallel = 3;
+  std::vector<Outcome> want, got;
+  {
+    Scheduler s(*model().engine, *model().tok, so);
+    std::vector<std::shared_ptr<Completion>> cs;
+    for (const auto& r : reqs) cs.push_back(s.submit(r));
+    for (auto& c : cs) want.push_back(drain(*c));
+    EXPECT_EQ(s.stats().expert_slots, 0);
+    EXPECT_EQ(s.stats().experts.misses, 0u);
+  }
+  Scheduler s(streamed, *model().tok, so);
+  std::vector<std::shared_ptr<Completion>> cs;
+  for (const auto& r : reqs) cs.push_back(s.submit(r));
+  for (auto& c : cs) got.push_back(drain(*c));
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+  settle(s);
+  const SchedulerStats st = s.stats();
+  EXPECT_EQ(st.expert_slots, 3);
+  EXPECT_GT(st.experts.misses, 0u);
+  EXPECT_GT(st.experts.hits, 0u);
+  EXPECT_EQ(st.experts.hits + st.experts.misses,
+            streamed.forward().experts().stats().hits + streamed.forward().experts().stats().misses);
+}
