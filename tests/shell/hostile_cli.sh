@@ -7,7 +7,7 @@ set -uo pipefail
 tern=$1
 fixtures=$2
 COMMANDS=("info {}" "info --json {}" "run -m {} --tokens 1,2 -n 1 --print-ids -t 1" "logits -m {} --tokens 1,2 -o /dev/null -t 1"
-          "bench -m {} -p 4 -n 2 -r 1 -t 1")
+          "bench -m {} -p 4 -n 2 -r 1 -t 1" "plan -m {}" "plan -m {} --mem-budget 64M --json")
 
 work=$(mktemp -d); [ -n "${KEEP:-}" ] && echo "files in $work"
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
