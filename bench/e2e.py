@@ -208,6 +208,8 @@ def per_layer(results, layers, name, bw_gbs):
     """(8-layer minus 4-layer) time per token, per layer, against the bandwidth floor of the bytes it adds."""
     lo, hi = min(layers), max(layers)
     out = {}
+    if lo == hi:
+        return out
     for qtype in {r["model"].split(".")[1] for r in results}:
         a = next((r for r in results if r["n_layer"] == lo and r["model"].endswith(f".{qtype}.gguf")), None)
         b = next((r for r in results if r["n_layer"] == hi and r["model"].endswith(f".{qtype}.gguf")), None)
@@ -298,11 +300,19 @@ def main():
     for qtype in types:
         for n_layer in args.layers:
             results.append(run_model(args, model_path(args.out, n_layer, qtype), bw_gbs))
+            md = write_results(args, results, bw, loadavg_start, t_start, llama_cpp.__version__)
+    print(md)
+    log(f"wrote {os.path.join(args.out, 'results.json')} and results.md ({round(time.time() - t_start)} s)")
+
+
+def write_results(args, results, bw, loadavg_start, t_start, llama_version):
+    """Writes OUT/results.json and OUT/results.md for the models measured so far; returns the markdown."""
+    bw_gbs = bw["read_gbs_best"]
     layer_rows = {name: per_layer(results, args.layers, name, bw_gbs)
                   for name in (f"tg{args.n_gen}", f"tg{args.n_gen} @ d{args.depth}")}
     meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
             "cpu": platform.processor() or platform.machine(), "threads": args.threads, "reps": args.reps,
-            "bandwidth_gbs": bw_gbs, "membw": bw, "llama_cpp_python": llama_cpp.__version__,
+            "bandwidth_gbs": bw_gbs, "membw": bw, "llama_cpp_python": llama_version,
             "loadavg_start": loadavg_start, "loadavg_end": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "seconds": round(time.time() - t_start), "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] +
                                                                          sys.argv[1:])}
@@ -311,8 +321,7 @@ def main():
         json.dump({"meta": meta, "models": results, "per_layer": layer_rows}, f, indent=1)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(md)
-    print(md)
-    log(f"wrote {os.path.join(args.out, 'results.json')} and results.md ({meta['seconds']} s)")
+    return md
 
 
 if __name__ == "__main__":

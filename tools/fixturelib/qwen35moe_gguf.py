@@ -121,7 +121,8 @@ def write(path: str, g: Geometry, name: str, vocab: Callable[[gguf.GGUFWriter], 
           init: Callable[[str, tuple[int, ...]], np.ndarray], qtype: Callable[[str, tuple[int, ...]], Q],
           tied: bool = False, progress: bool = False) -> None:
     """Writes the model. vocab(w) adds the tokenizer keys and returns n_vocab; init(name, shape) draws a tensor
-    (called in file order, so a seeded generator gives the same file every time); qtype(name, shape) its type."""
+    (called in file order, so a seeded generator gives the same file every time), either as floats or already
+    encoded (uint8, the byte shape of its type); qtype(name, shape) its type."""
     w = gguf.GGUFWriter(path, ARCH)
     add_hparams(w, g, name)
     n_vocab = vocab(w)
@@ -139,5 +140,11 @@ def write(path: str, g: Geometry, name: str, vocab: Callable[[gguf.GGUFWriter], 
     for n, s, q in plan:
         if progress and n.endswith("attn_norm.weight"):
             print(f"  {path}: layer {n.split('.')[1]}", flush=True)
-        w.write_tensor_data(encode(init(n, s), q))
+        arr = init(n, s)
+        if arr.dtype == np.uint8:  # already encoded by the caller (bytes of type q)
+            if arr.shape != tuple(gguf.quants.quant_shape_to_byte_shape(s, q)):
+                raise ValueError(f"{n}: encoded shape {arr.shape} does not match {q.name} {s}")
+            w.write_tensor_data(arr)
+        else:
+            w.write_tensor_data(encode(arr, q))
     w.close()
