@@ -14,6 +14,8 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q
 
+from fixturelib import qwen35moe_gguf as qg
+
 RNG = np.random.default_rng(1234)
 
 
@@ -43,71 +45,26 @@ def add_vocab(w, n_vocab):
 
 
 def make_qwen35moe(path):
-    arch = "qwen35moe"
-    n_layer, interval = 4, 4
-    n_embd, n_head, n_head_kv, head_dim = 32, 4, 2, 16
-    n_expert, n_used, n_ff_exp, n_ff_shexp, n_vocab = 4, 2, 32, 32, 64
-    ssm_inner, ssm_state, ssm_groups, ssm_rank, conv = 32, 8, 2, 4, 4
-    w = gguf.GGUFWriter(path, arch)
-    w.add_name("tern-test-qwen35moe")
-    w.add_block_count(n_layer)
-    w.add_context_length(256)
-    w.add_embedding_length(n_embd)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_used)
-    w.add_expert_feed_forward_length(n_ff_exp)
-    w.add_expert_shared_feed_forward_length(n_ff_shexp)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(10000000.0)
-    w.add_rope_dimension_count(head_dim // 4)
-    w.add_uint32(f"{arch}.full_attention_interval", interval)
-    w.add_ssm_conv_kernel(conv)
-    w.add_ssm_state_size(ssm_state)
-    w.add_ssm_group_count(ssm_groups)
-    w.add_ssm_time_step_rank(ssm_rank)
-    w.add_ssm_inner_size(ssm_inner)
-    add_vocab(w, n_vocab)
-    add(w, "token_embd.weight", f32(n_vocab, n_embd), Q.Q8_0)
-    add(w, "output_norm.weight", f32(n_embd), Q.F32)
-    add(w, "output.weight", f32(n_vocab, n_embd), Q.Q4_0)
-    for i in range(n_layer):
-        b = f"blk.{i}."
-        add(w, b + "attn_norm.weight", f32(n_embd), Q.F32)
-        add(w, b + "post_attention_norm.weight", f32(n_embd), Q.F32)
-        if (i + 1) % interval == 0:  # full attention (q is double width: query + output gate)
-            add(w, b + "attn_q.weight", f32(2 * n_head * head_dim, n_embd), Q.Q8_0)
-            add(w, b + "attn_k.weight", f32(n_head_kv * head_dim, n_embd), Q.Q8_0)
-            add(w, b + "attn_v.weight", f32(n_head_kv * head_dim, n_embd), Q.Q8_0)
-            add(w, b + "attn_output.weight", f32(n_embd, n_head * head_dim), Q.Q8_0)
-            add(w, b + "attn_q_norm.weight", f32(head_dim), Q.F32)
-            add(w, b + "attn_k_norm.weight", f32(head_dim), Q.F32)
-        else:  # gated delta net
-            qkv = 2 * ssm_groups * ssm_state + ssm_inner
-            add(w, b + "attn_qkv.weight", f32(qkv, n_embd), Q.Q8_0)
-            add(w, b + "attn_gate.weight", f32(ssm_inner, n_embd), Q.Q8_0)
-            add(w, b + "ssm_conv1d.weight", f32(qkv, conv), Q.F32)
-            add(w, b + "ssm_dt.bias", f32(ssm_rank), Q.F32)
-            add(w, b + "ssm_a", f32(ssm_rank), Q.F32)
-            add(w, b + "ssm_beta.weight", f32(ssm_rank, n_embd), Q.F16)
-            add(w, b + "ssm_alpha.weight", f32(ssm_rank, n_embd), Q.F16)
-            add(w, b + "ssm_norm.weight", f32(ssm_state), Q.F32)
-            add(w, b + "ssm_out.weight", f32(n_embd, ssm_inner), Q.Q8_0)
-        add(w, b + "ffn_gate_inp.weight", f32(n_expert, n_embd), Q.F32)
-        add(w, b + "ffn_gate_exps.weight", f32(n_expert, n_ff_exp, n_embd), Q.Q8_0)
-        add(w, b + "ffn_up_exps.weight", f32(n_expert, n_ff_exp, n_embd), Q.Q8_0)
-        add(w, b + "ffn_down_exps.weight", f32(n_expert, n_embd, n_ff_exp), Q.Q8_0)
-        add(w, b + "ffn_gate_inp_shexp.weight", f32(n_embd), Q.F32)
-        add(w, b + "ffn_gate_shexp.weight", f32(n_ff_shexp, n_embd), Q.F16)
-        add(w, b + "ffn_up_shexp.weight", f32(n_ff_shexp, n_embd), Q.F16)
-        add(w, b + "ffn_down_shexp.weight", f32(n_embd, n_ff_shexp), Q.F16)
-    finish(w)
-    kinds = ["attention" if (i + 1) % interval == 0 else "recurrent" for i in range(n_layer)]
-    return dict(architecture=arch, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-                n_expert=n_expert, n_expert_used=n_used, n_vocab=n_vocab, layer_kinds=kinds)
+    g = qg.Geometry(n_layer=4, interval=4, n_embd=32, n_head=4, n_head_kv=2, head_dim=16, n_rot=4, n_expert=4,
+                    n_used=2, n_ff_exp=32, n_ff_shexp=32, ssm_inner=32, ssm_state=8, ssm_groups=2, ssm_rank=4,
+                    conv=4, n_ctx=256)
+    n_vocab = 64
+    types = {"token_embd": Q.Q8_0, "output": Q.Q4_0, "ssm_beta": Q.F16, "ssm_alpha": Q.F16,
+             "ffn_gate_shexp": Q.F16, "ffn_up_shexp": Q.F16, "ffn_down_shexp": Q.F16}
+
+    def qtype(name, shape):
+        if len(shape) == 1 or name.endswith(("ssm_conv1d.weight", "ffn_gate_inp.weight")):
+            return Q.F32
+        return types.get(name.split(".")[-2], Q.Q8_0)
+
+    def vocab(w):
+        add_vocab(w, n_vocab)
+        return n_vocab
+
+    qg.write(path, g, "tern-test-qwen35moe", vocab, lambda name, shape: f32(*shape), qtype)
+    kinds = ["attention" if g.is_attention(i) else "recurrent" for i in range(g.n_layer)]
+    return dict(architecture=qg.ARCH, n_layer=g.n_layer, n_embd=g.n_embd, n_head=g.n_head, n_head_kv=g.n_head_kv,
+                n_expert=g.n_expert, n_expert_used=g.n_used, n_vocab=n_vocab, layer_kinds=kinds)
 
 
 def make_llama(path):

@@ -1,8 +1,11 @@
-// `tern bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]`: measures a model the way llama-bench
-// does: `pp<N>` processes an N-token prompt in one batch from an empty sequence, `tg<N>` generates N tokens one at
-// a time from an empty sequence; each repeated REPS times (after one warm-up), reported as mean and standard
-// deviation of tok/s. Token ids are drawn at random (seeded). --json prints one JSON array (a contract outside
-// checks rely on): objects with test, n_prompt, n_gen, threads, tok_s_mean, tok_s_stddev.
+// `tern bench -m MODEL [-p 512] [-n 128] [-d 0[,512...]] [-t THREADS] [-r REPS] [--json] [--profile]`: measures a
+// model the way llama-bench does: `pp<N>` processes an N-token prompt in one batch, `tg<N>` generates N tokens one
+// at a time; with a depth D > 0 the sequence first holds a D-token prompt (not timed) and the test is named
+// `pp<N> @ d<D>` / `tg<N> @ d<D>`. Each test is repeated REPS times (after one warm-up) and reported as mean and
+// standard deviation of tok/s. Token ids are drawn at random (seeded). --json prints one JSON array (a contract
+// outside checks rely on): objects with test, n_prompt, n_gen, n_depth, threads, tok_s_mean, tok_s_stddev.
+// --profile then times one more tg run op by op (core/profile.h) against the memory read bandwidth.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,66 +14,154 @@
 
 #include "cli/model_options.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "core/membw.h"
 #include "core/parallel.h"
+#include "core/profile.h"
 
 namespace tern::cli {
+
+// llama-bench's test names: ppN, tgN, ppN+tgM, with " @ dD" when the test runs at a depth.
+static std::string test_name(int np, int ng, int depth) {
+  std::string s = ng == 0 ? "pp" + std::to_string(np)
+                  : np == 0 ? "tg" + std::to_string(ng)
+                            : "pp" + std::to_string(np) + "+tg" + std::to_string(ng);
+  if (depth > 0) s += " @ d" + std::to_string(depth);
+  return s;
+}
 
 static RunFn setup_bench(CLI::App& app) {
   struct Opts {
     runtime::EngineOptions engine;
     int n_prompt = 512, n_gen = 128, reps = 5;
-    bool json = false;
+    std::vector<int> depths{0};
+    bool json = false, profile = false;
+    double mem_bw = 0;
   };
   auto o = std::make_shared<Opts>();
   add_engine_options(app, o->engine);
   app.add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the pp test (0: skip)")->capture_default_str();
   app.add_option("-n,--n-gen", o->n_gen, "Generated tokens for the tg test (0: skip)")->capture_default_str();
+  app.add_option("-d,--n-depth", o->depths,
+                 "Prompt tokens already in the sequence before each test (comma-separated list; each depth runs "
+                 "every test)")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("-r,--repetitions", o->reps, "Repetitions of each test")->capture_default_str();
   app.add_flag("--json", o->json, "Print results as one JSON array");
+  app.add_flag("--profile", o->profile,
+               "Then time one tg run (-n tokens at the first depth) op by op: ms, bytes read and GB/s per token");
+  app.add_option("--mem-bw", o->mem_bw,
+                 "Memory read bandwidth in GB/s for --profile's roofline column (0: measure it, ~2 s)")
+      ->capture_default_str();
   return [o] {
     if (o->n_prompt < 0 || o->n_gen < 0) fail("-p and -n must be >= 0");
     if (o->reps < 1) fail("-r must be >= 1 (got %d)", o->reps);
-    if (o->engine.n_ctx == 0) o->engine.n_ctx = std::max(o->n_prompt, o->n_gen) + 1;
+    if (o->depths.empty()) fail("-d needs at least one depth");
+    for (int d : o->depths)
+      if (d < 0) fail("-d: depths must be >= 0 (got %d)", d);
+    if (o->profile && o->json) fail("--profile prints a table; use it without --json");
+    if (o->profile && o->n_gen == 0) fail("--profile times a tg run: -n must be > 0");
+    if (o->mem_bw < 0 || !std::isfinite(o->mem_bw)) fail("--mem-bw must be a bandwidth in GB/s >= 0");
+    const int max_depth = *std::max_element(o->depths.begin(), o->depths.end());
+    if (o->engine.n_ctx == 0) o->engine.n_ctx = max_depth + std::max(o->n_prompt, o->n_gen) + 1;
     runtime::Engine engine(o->engine);
     const int64_t V = engine.config().n_vocab;
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(V - 1));
     auto seq = engine.new_sequence();
     using clock = std::chrono::steady_clock;
-    auto run_pp = [&] {
-      std::vector<int32_t> toks(o->n_prompt);
+    auto random_tokens = [&](int n) {
+      std::vector<int32_t> toks(n);
       for (auto& t : toks) t = pick(rng);
+      return toks;
+    };
+    auto start_at = [&](int depth) {  // a fresh sequence holding `depth` prompt tokens
       seq->reset();
+      if (depth > 0) engine.eval(*seq, random_tokens(depth));
+    };
+    auto run_pp = [&](int depth) {
+      start_at(depth);
+      const std::vector<int32_t> toks = random_tokens(o->n_prompt);
       auto t0 = clock::now();
       engine.eval(*seq, toks);
       return o->n_prompt / std::chrono::duration<double>(clock::now() - t0).count();
     };
-    auto run_tg = [&] {
-      seq->reset();
+    auto run_tg = [&](int depth) {
+      start_at(depth);
       auto t0 = clock::now();
       for (int i = 0; i < o->n_gen; ++i) engine.eval(*seq, {pick(rng)});
       return o->n_gen / std::chrono::duration<double>(clock::now() - t0).count();
     };
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    auto measure = [&](const std::string& name, int np, int ng, auto fn) {
-      fn();  // warm-up: page in the weights, size the scratch buffers
+    auto measure = [&](int np, int ng, int depth, auto fn) {
+      const std::string name = test_name(np, ng, depth);
+      fn(depth);  // warm-up: page in the weights, size the scratch buffers
       std::vector<double> v;
-      for (int r = 0; r < o->reps; ++r) v.push_back(fn());
+      for (int r = 0; r < o->reps; ++r) v.push_back(fn(depth));
       double mean = 0, var = 0;
       for (double x : v) mean += x;
       mean /= v.size();
       for (double x : v) var += (x - mean) * (x - mean);
       const double sd = v.size() > 1 ? std::sqrt(var / (v.size() - 1)) : 0.0;
-      out.push_back({{"test", name}, {"n_prompt", np}, {"n_gen", ng}, {"threads", n_threads()},
+      out.push_back({{"test", name}, {"n_prompt", np}, {"n_gen", ng}, {"n_depth", depth}, {"threads", n_threads()},
                      {"tok_s_mean", mean}, {"tok_s_stddev", sd}, {"reps", o->reps}, {"model", o->engine.model_path}});
       if (!o->json)
-        std::printf("| %-40s | %7s | %7d | %10.2f ± %.2f |\n", o->engine.model_path.c_str(), name.c_str(), n_threads(),
-                    mean, sd);
+        std::printf("| %-40s | %14s | %7d | %10.2f ± %.2f |\n", o->engine.model_path.c_str(), name.c_str(),
+                    n_threads(), mean, sd);
     };
-    if (!o->json) std::printf("| %-40s | %7s | %7s | %18s |\n", "model", "test", "threads", "tok/s");
-    if (o->n_prompt > 0) measure("pp" + std::to_string(o->n_prompt), o->n_prompt, 0, run_pp);
-    if (o->n_gen > 0) measure("tg" + std::to_string(o->n_gen), 0, o->n_gen, run_tg);
+    if (!o->json) std::printf("| %-40s | %14s | %7s | %18s |\n", "model", "test", "threads", "tok/s");
+    for (int depth : o->depths) {
+      if (o->n_prompt > 0) measure(o->n_prompt, 0, depth, run_pp);
+      if (o->n_gen > 0) measure(0, o->n_gen, depth, run_tg);
+    }
     if (o->json) std::printf("%s\n", out.dump(2).c_str());
+    if (!o->profile) return 0;
+
+    // One more tg run with the op timers on (the tests above warmed everything up).
+    double bw = o->mem_bw;
+    if (bw == 0) {
+      bw = measure_read_bandwidth(n_threads(), size_t(1) << 30, 5).best_gbs;
+      log::info("profile: measured memory read bandwidth %.2f GB/s (%d threads, best of 5 reads of 1 GiB)", bw,
+                n_threads());
+    }
+    const int depth = o->depths.front();
+    start_at(depth);
+    profile::reset();
+    profile::set_enabled(true);
+    auto t0 = clock::now();
+    for (int i = 0; i < o->n_gen; ++i) engine.eval(*seq, {pick(rng)});
+    const double total = std::chrono::duration<double>(clock::now() - t0).count();
+    profile::set_enabled(false);
+    const double per = 1.0 / o->n_gen;
+    std::printf("\nprofile: %s, %s, %d threads, memory read bandwidth %.2f GB/s\n", o->engine.model_path.c_str(),
+                test_name(0, o->n_gen, depth).c_str(), n_threads(), bw);
+    std::printf("| %-14s | %9s | %10s | %6s | %12s | %8s | %9s |\n", "op", "calls/tok", "ms/tok", "time", "MB read/tok",
+                "GB/s", "of bw");
+    std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(16, '-').c_str(), std::string(11, '-').c_str(),
+                std::string(12, '-').c_str(), std::string(8, '-').c_str(), std::string(14, '-').c_str(),
+                std::string(10, '-').c_str(), std::string(11, '-').c_str());
+    auto row = [&](const std::string& name, double calls, double sec, double bytes) {
+      const double ms = sec * per * 1e3, mb = bytes * per * 1e-6;
+      char gbs[32] = "-", frac[32] = "-";
+      if (bytes > 0 && sec > 0) {
+        std::snprintf(gbs, sizeof gbs, "%.2f", bytes / sec * 1e-9);
+        std::snprintf(frac, sizeof frac, "%.0f%%", 100.0 * bytes / sec * 1e-9 / bw);
+      }
+      std::printf("| %-14s | %9s | %10.3f | %5.1f%% | %12.2f | %8s | %9s |\n", name.c_str(),
+                  calls > 0 ? std::to_string(static_cast<int64_t>(std::lround(calls * per))).c_str() : "",
+                  ms, 100.0 * sec / total, mb, gbs, frac);
+    };
+    double sum_s = 0, sum_b = 0;
+    for (const profile::Entry& e : profile::snapshot()) {
+      row(e.name, static_cast<double>(e.calls), e.seconds, static_cast<double>(e.bytes));
+      sum_s += e.seconds;
+      sum_b += static_cast<double>(e.bytes);
+    }
+    row("other", 0, std::max(0.0, total - sum_s), 0);
+    row("token", 0, total, sum_b);
+    std::printf("floor (bytes read / bandwidth): %.3f ms/token; measured %.3f ms/token (%.0f%% of the roofline)\n",
+                sum_b * per / (bw * 1e9) * 1e3, total * per * 1e3, 100.0 * (sum_b / (bw * 1e9)) / total);
     return 0;
   };
 }

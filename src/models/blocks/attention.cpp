@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/profile.h"
 #include "models/qwen35moe/state.h"
 #include "ops/attention.h"
 #include "ops/norm.h"
@@ -19,9 +20,12 @@ void attention_block(const qwen35moe::Config& c, const qwen35moe::AttentionWeigh
   float* q = grow(s.q, n_rows * q_dim);
   float* gate = grow(s.gate, n_rows * q_dim);
   float* out = grow(s.out, n_rows * q_dim);
+  TERN_PROFILE(prof_in, "attn.qkv", w.wq.bytes() + w.wk.bytes() + w.wv.bytes());
   apply(w.wq, x, n_rows, qg);
   apply(w.wk, x, n_rows, k);
   apply(w.wv, x, n_rows, v);
+  prof_in.done();
+  TERN_PROFILE(prof_core, "attn.core", 0);  // bytes: the KV cache rows each segment reads
   ops::split_q_gate(qg, n_rows, c.n_head, hd, q, gate);
   ops::rms_norm(q, w.q_norm.data(), q, n_rows * c.n_head, hd, c.rms_eps);
   ops::rms_norm(k, w.k_norm.data(), k, n_rows * c.n_head_kv, hd, c.rms_eps);
@@ -41,10 +45,13 @@ void attention_block(const qwen35moe::Config& c, const qwen35moe::AttentionWeigh
     const ops::KvCacheView kv = sg.state->kv(layer);
     ops::kv_store(kv, ks, v + sg.row0 * kv_dim, n, p0);
     ops::attention_causal(qs, n, c.n_head, kv, p0, scale, out + sg.row0 * q_dim);
+    TERN_PROFILE_BYTES(prof_core, (p0 + n) * kv_dim * 2 * (kv.type == ops::KvType::kF16 ? 2 : 4));
   }
   dump("attn_pregate", layer, out, {n_rows, q_dim});
   ops::apply_sigmoid_gate(out, gate, n_rows * q_dim);
   dump("attn_gated", layer, out, {n_rows, q_dim});
+  prof_core.done();
+  TERN_PROFILE(prof_out, "attn.out", w.wo.bytes());
   apply(w.wo, out, n_rows, y);
   dump("attn_output", layer, y, {n_rows, c.n_embd});
 }

@@ -1,5 +1,6 @@
 #include "models/blocks/deltanet.h"
 
+#include "core/profile.h"
 #include "models/qwen35moe/state.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
@@ -19,12 +20,16 @@ void deltanet_block(const qwen35moe::Config& c, const qwen35moe::DeltaNetWeights
   float* beta = grow(s.beta, n_rows * hv);      // [n_rows, n_v_heads]
   float* g = grow(s.g, n_rows * hv);            // [n_rows, n_v_heads] log decay
   float* o = grow(s.o, n_rows * vdim);          // [n_rows, n_v_heads, head_v_dim]
+  TERN_PROFILE(prof_in, "deltanet.in", w.wqkv.bytes() + w.wgate.bytes() + w.wbeta.bytes() + w.walpha.bytes());
   apply(w.wqkv, x, n_rows, qkv);
   apply(w.wgate, x, n_rows, z);
   apply(w.wbeta, x, n_rows, beta);
   apply(w.walpha, x, n_rows, g);
+  prof_in.done();
   dump("linear_attn_qkv_mixed", layer, qkv, {n_rows, conv_dim});
   dump("z", layer, z, {n_rows, vdim});
+  // bytes: each segment's recurrent state [n_v_heads, head_k_dim, head_v_dim] f32 is read (and written) once
+  TERN_PROFILE(prof_core, "deltanet.core", static_cast<int64_t>(segs.size()) * hv * c.head_k_dim * c.head_v_dim * 4);
   ops::sigmoid_inplace(beta, n_rows * hv);
   for (int64_t t = 0; t < n_rows; ++t)
     for (int64_t h = 0; h < hv; ++h) {
@@ -59,6 +64,8 @@ void deltanet_block(const qwen35moe::Config& c, const qwen35moe::DeltaNetWeights
   dump("attn_linear_core", layer, o, {n_rows, hv, c.head_v_dim});
   ops::rms_norm_gated(o, z, w.norm.data(), o, n_rows * hv, c.head_v_dim, c.rms_eps);
   dump("final_output", layer, o, {n_rows, vdim});
+  prof_core.done();
+  TERN_PROFILE(prof_out, "deltanet.out", w.wout.bytes());
   apply(w.wout, o, n_rows, y);
   dump("linear_attn_out", layer, y, {n_rows, c.n_embd});
 }

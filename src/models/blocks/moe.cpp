@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/profile.h"
 #include "ops/activation.h"
 #include "ops/moe.h"
 
@@ -13,11 +14,14 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
   float* logits = grow(s.logits, n_rows * E);
   float* wts = grow(s.weights, n_rows * K);
   if (static_cast<int64_t>(s.ids.size()) < n_rows * K) s.ids.resize(static_cast<size_t>(n_rows * K));
+  TERN_PROFILE(prof_router, "moe.router", w.router.bytes());
   apply(w.router, x, n_rows, logits);
   dump("ffn_moe_logits", layer, logits, {n_rows, E});
   ops::moe_route_softmax_topk(logits, n_rows, E, K, s.ids.data(), wts);
+  prof_router.done();
 
   // Group (token, slot) pairs by expert; run each expert once over its tokens.
+  TERN_PROFILE(prof_exps, "moe.experts", 0);
   s.by_expert.resize(static_cast<size_t>(E));
   for (auto& b : s.by_expert) b.clear();
   for (int64_t i = 0; i < n_rows * K; ++i) s.by_expert[s.ids[i]].push_back(static_cast<int32_t>(i));
@@ -39,6 +43,7 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
     float* de = grow(s.de, m * D);
     for (int64_t r = 0; r < m; ++r) std::memcpy(xe + r * D, x + (members[r] / K) * D, D * sizeof(float));
     const qwen35moe::ExpertMatrices ex = experts.get(layer, e);
+    TERN_PROFILE_BYTES(prof_exps, ex.gate.bytes() + ex.up.bytes() + ex.down.bytes());
     apply(ex.gate, xe, m, ge);
     apply(ex.up, xe, m, ue);
     ops::swiglu(ge, ue, ge, m * F);
@@ -54,9 +59,12 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
       for (int64_t d = 0; d < D; ++d) yt[d] += wk * sl[d];
     }
   }
+  prof_exps.done();
   dump("ffn_moe_out", layer, y, {n_rows, D});
 
   if (c.n_ff_shexp > 0) {
+    TERN_PROFILE(prof_shexp, "moe.shared",
+                 w.gate_shexp.bytes() + w.up_shexp.bytes() + w.down_shexp.bytes() + w.shexp_gate.bytes());
     const int64_t Fs = c.n_ff_shexp;
     float* sg = grow(s.sg, n_rows * Fs);
     float* su = grow(s.su, n_rows * Fs);

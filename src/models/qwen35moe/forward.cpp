@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/profile.h"
 #include "ops/norm.h"
 #include "quant/convert.h"
 
@@ -61,10 +62,12 @@ const std::vector<float>& Forward::run(std::vector<SeqInput>& batch) {
   float* x = grow(x_, n_rows * D);
   const Linear& emb = model_.weights.token_embd;
   int64_t row = 0;
+  TERN_PROFILE(prof_embd, "embed", n_rows * emb.row_bytes);
   for (SeqInput& s : batch) {
     segs.push_back({s.state, row, static_cast<int64_t>(s.tokens.size())});
     for (int32_t t : s.tokens) quant::dequantize_row(emb.type, emb.data + emb.row_bytes * t, x + (row++) * D, D);
   }
+  prof_embd.done();
   dump_("inp_embd", -1, x, {n_rows, D});
 
   for (int il = 0; il < c_.n_layer; ++il) layer(il, segs, n_rows);
@@ -78,6 +81,7 @@ const std::vector<float>& Forward::run(std::vector<SeqInput>& batch) {
     const int64_t first = batch[i].all_logits ? 0 : sg.n_tokens - 1;
     for (int64_t t = first; t < sg.n_tokens; ++t) std::memcpy(rows + (r++) * D, x + (sg.row0 + t) * D, D * sizeof(float));
   }
+  TERN_PROFILE(prof_head, "lm_head", model_.weights.output.bytes());
   ops::rms_norm(rows, model_.weights.output_norm.data(), rows, n_out, D, c_.rms_eps);
   dump_("result_norm", -1, rows, {n_out, D});
   logits_.resize(static_cast<size_t>(n_out * V));
