@@ -107,7 +107,7 @@ class LlamaCpp:
     llama_decode of the whole prompt, tg = one llama_decode per token, a depth = a prompt decoded first, untimed;
     llama_synchronize before the clock stops; the memory (KV cache and recurrent state) cleared before each run."""
 
-    def __init__(self, path, threads, n_ctx):
+    def __init__(self, path, threads, n_ctx, mmap_only=False):
         import llama_cpp as L
 
         self.L = L
@@ -115,6 +115,9 @@ class LlamaCpp:
         self._log_cb = L.llama_log_callback(lambda level, text, user: None)  # keep a reference: C holds it
         L.llama_log_set(self._log_cb, ctypes.c_void_p())
         mp = L.llama_model_default_params()
+        if mmap_only:  # weights stay in the page cache (no repacked copies), so a memory limit can reclaim them
+            mp.load_mode = L.LLAMA_LOAD_MODE_MMAP
+            mp.use_extra_bufts = False
         self.model = L.llama_model_load_from_file(path.encode(), mp)
         if not self.model:
             sys.exit(f"error: llama.cpp cannot load {path}")

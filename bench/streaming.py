@@ -126,9 +126,11 @@ def tern_decode(args, budget, cgroup):
 
 
 def llama_decode(args, cgroup):
-    """llama.cpp in a child process (so the cgroup holds only it), timed by bench/e2e.py's LlamaCpp."""
+    """llama.cpp in a child process (so the cgroup holds only it), timed by bench/e2e.py's LlamaCpp, with its weights
+    memory-mapped and not repacked: by default its CPU backend copies Q4_0 weights into repacked anonymous buffers,
+    which a memory limit below the model size kills (exit -9), while mapped pages can be dropped and re-read."""
     code = ("import sys, json; sys.path.insert(0, sys.argv[1]); from e2e import LlamaCpp; "
-            "l = LlamaCpp(sys.argv[2], int(sys.argv[3]), 256); l.tg(8); "
+            "l = LlamaCpp(sys.argv[2], int(sys.argv[3]), 256, mmap_only=True); l.tg(8); "
             "print(json.dumps({'tok_s': l.tg(int(sys.argv[4]))})); l.close()")
     cmd = [sys.executable, "-c", code, os.path.join(ROOT, "bench"), args.model, str(args.threads), str(args.n_gen)]
     r, _ = run(cmd, cgroup)
@@ -176,7 +178,8 @@ def main():
                     if cg:
                         res["cgroup_peak"] = cg.peak()
                 except RuntimeError as e:
-                    res = {"error": str(e).splitlines()[0]}
+                    first = str(e).splitlines()[0]
+                    res = {"error": "killed (out of memory)" if "failed (-9)" in first else first[-120:]}
                 finally:
                     if cg:
                         cg.remove()
