@@ -111,17 +111,6 @@ class ModelFixture : public ::testing::TestWithParam<Case> {
   fs::path gguf() const { return kModels / (GetParam().preset + "." + GetParam().type + ".gguf"); }
   fs::path dir() const { return kModels / GetParam().preset; }
   bool exact_weights() const { return GetParam().type == "f32" || GetParam().type == "f16"; }
-
-  // The 92-layer q24t-shape fixture runs the same code paths as the others, 20x longer: under the sanitizers
-  // (~20 minutes on 2 cores) it would dominate CI, so that build runs only its batch/thread-independence and
-  // context-overflow tests on it; the reference comparisons run in the Release build.
-  void SetUp() override {
-#if defined(__SANITIZE_ADDRESS__)
-    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    const bool keep = test.rfind("IndependentOfThreadsAndBatch", 0) == 0 || test.rfind("ContextOverflowIsAnError", 0) == 0;
-    if (GetParam().preset == "q24t-shape" && !keep) GTEST_SKIP() << "92-layer fixture: run in the Release build only";
-#endif
-  }
 };
 
 // transformers fp32 reference. F32/F16 files hold exactly the reference weights (the generator rounds them to
