@@ -7,6 +7,7 @@
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "runtime/engine.h"
 #include "runtime/memory_plan.h"
 
 namespace tern::cli {
@@ -28,12 +29,9 @@ static RunFn setup_plan(CLI::App& app) {
     const runtime::EngineOptions& e = o->engine;
     if (o->parallel < 1) fail("--parallel must be >= 1 (got %d)", o->parallel);
     if (o->batch < 1) fail("-b/--batch must be >= 1 (got %lld)", static_cast<long long>(o->batch));
-    if (e.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (got %lld)", static_cast<long long>(e.n_ctx));
-    if (e.expert_cache < 0) fail("--expert-cache must be >= 0 (got %lld)", static_cast<long long>(e.expert_cache));
-    ops::KvType kv = ops::KvType::kF16;
-    if (e.kv_type == "f32") kv = ops::KvType::kF32;
-    else if (e.kv_type != "f16") fail("--kv-type '%s' is not supported (supported: f16, f32)", e.kv_type.c_str());
-    const uint64_t budget = e.mem_budget.empty() ? 0 : runtime::parse_size(e.mem_budget, "--mem-budget");
+    const runtime::CheckedOptions checked = runtime::check_options(e);
+    const ops::KvType kv = checked.kv_type;
+    const uint64_t budget = checked.budget;
 
     const gguf::File f = gguf::File::open(e.model_path);
     const auto c = models::qwen35moe::Config::from_gguf(f);

@@ -2,7 +2,6 @@
 // SIGINT / SIGTERM stop it: running requests are cancelled, then the server exits with status 0.
 #include <pthread.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <ctime>
 
@@ -28,22 +27,6 @@ struct ServeOptions {
   std::string alias;
   int64_t cache_mib = 512;
 };
-
-// Per-sequence context when -c is not given: the engine's choice, lowered until every sequence fits in half the
-// memory available now (each of the --parallel sequences holds a full-context state).
-int64_t pick_n_ctx(const runtime::Engine& e, int parallel) {
-  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  const double avail = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 4e9;
-  int64_t n = e.n_ctx();
-  auto bytes = [&](int64_t c) {
-    return static_cast<double>(models::qwen35moe::SequenceState::bytes_for(e.config(), c, e.kv_type())) * parallel;
-  };
-  while (n > 256 && bytes(n) > avail / 2) n /= 2;
-  if (n != e.n_ctx())
-    log::info("per-sequence context %lld (lowered from %lld so %d sequences fit in half the available memory)",
-              static_cast<long long>(n), static_cast<long long>(e.n_ctx()), parallel);
-  return n;
-}
 
 }  // namespace
 
@@ -79,14 +62,13 @@ static RunFn setup_serve(CLI::App& app) {
     if (o->sched.parallel < 1) fail("--parallel must be >= 1 (got %d)", o->sched.parallel);
     if (o->cache_mib < 0) fail("--cache-mib must be >= 0 (got %lld)", static_cast<long long>(o->cache_mib));
     o->sched.cache_bytes = static_cast<size_t>(o->cache_mib) << 20;
-    o->engine.n_parallel = o->sched.parallel;  // for the memory plan
+    o->engine.n_parallel = o->sched.parallel;  // the memory plan and the default context hold this many sequences
     o->engine.batch_rows = o->sched.batch + o->sched.parallel;
     o->engine.prefix_cache_bytes = o->sched.cache_bytes;
     TextModel tm(o->engine);
     std::unique_ptr<text::ChatTemplate> tpl;
     if (tm.chat_template) tpl = std::make_unique<text::ChatTemplate>(*tm.chat_template);
     else log::warn("%s has no chat template: /v1/chat/completions will refuse requests", o->engine.model_path.c_str());
-    if (o->engine.n_ctx == 0) o->sched.n_ctx = pick_n_ctx(*tm.engine, o->sched.parallel);
 
     serve::Scheduler sched(*tm.engine, *tm.tokenizer, o->sched);
     serve::ModelInfo info;

@@ -80,16 +80,23 @@ uint64_t status_kib(const char* key) {
 
 }  // namespace
 
+CheckedOptions check_options(const EngineOptions& o) {
+  CheckedOptions c;
+  if (o.kv_type == "f16") c.kv_type = ops::KvType::kF16;
+  else if (o.kv_type == "f32") c.kv_type = ops::KvType::kF32;
+  else fail("--kv-type '%s' is not supported (supported: f16, f32)", o.kv_type.c_str());
+  if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (got %lld)", static_cast<long long>(o.n_ctx));
+  if (o.expert_cache < 0) fail("--expert-cache must be >= 0 (got %lld)", static_cast<long long>(o.expert_cache));
+  c.budget = o.mem_budget.empty() ? 0 : parse_size(o.mem_budget, "--mem-budget");
+  return c;
+}
+
 Engine::Engine(const EngineOptions& o) {
   if (o.threads < 0) fail("--threads must be >= 0 (got %d)", o.threads);
   set_n_threads(o.threads);
-  if (o.kv_type == "f16") kv_type_ = ops::KvType::kF16;
-  else if (o.kv_type == "f32") kv_type_ = ops::KvType::kF32;
-  else fail("--kv-type '%s' is not supported (supported: f16, f32)", o.kv_type.c_str());
-  if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (got %lld)", static_cast<long long>(o.n_ctx));
-
-  if (o.expert_cache < 0) fail("--expert-cache must be >= 0 (got %lld)", static_cast<long long>(o.expert_cache));
-  const uint64_t budget = o.mem_budget.empty() ? 0 : parse_size(o.mem_budget, "--mem-budget");
+  const CheckedOptions checked = check_options(o);
+  kv_type_ = checked.kv_type;
+  const uint64_t budget = checked.budget;
   stats_ = o.stats;
 
   model_ = Model::load(o.model_path);

@@ -27,6 +27,15 @@ struct EngineOptions {
   uint64_t prefix_cache_bytes = 0;
 };
 
+// The parts of EngineOptions that are checked and parsed before a model is loaded (shared by the engine and
+// `tern plan`): throws Error naming the flag for a negative -c or --expert-cache, an unknown --kv-type or a
+// malformed --mem-budget.
+struct CheckedOptions {
+  ops::KvType kv_type = ops::KvType::kF16;
+  uint64_t budget = 0;  // bytes; 0: no --mem-budget
+};
+CheckedOptions check_options(const EngineOptions& o);
+
 // Resident set of this process now and at its peak (/proc/self/status VmRSS, VmHWM), in bytes.
 struct ResidentSet {
   uint64_t now = 0, peak = 0;

@@ -25,12 +25,14 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
   s.by_expert.resize(static_cast<size_t>(E));
   for (auto& b : s.by_expert) b.clear();
   for (int64_t i = 0; i < n_rows * K; ++i) s.by_expert[s.ids[i]].push_back(static_cast<int32_t>(i));
+  // Resident experts first (they run while the missing ones are read), then the missing ones.
   s.order.clear();
-  for (int pass = 0; pass < 2; ++pass)
+  int64_t n_resident = 0;
+  for (int pass = 0; pass < 2; ++pass) {
     for (int32_t e = 0; e < E; ++e)
       if (!s.by_expert[e].empty() && experts.resident(layer, e) == (pass == 0)) s.order.push_back(e);
-  int64_t n_resident = 0;
-  while (n_resident < static_cast<int64_t>(s.order.size()) && experts.resident(layer, s.order[n_resident])) ++n_resident;
+    if (pass == 0) n_resident = static_cast<int64_t>(s.order.size());
+  }
   experts.prefetch(layer, s.order.data() + n_resident, static_cast<int64_t>(s.order.size()) - n_resident,
                    s.order.data(), n_resident);
   float* slots = grow(s.slots, n_rows * K * D);  // [n_rows, K, D] each expert's output for each slot

@@ -162,19 +162,6 @@ Weights Weights::load(const gguf::File& f, const Config& c) {
   return w;
 }
 
-size_t Weights::bytes_per_token(const Config& c) const {
-  size_t b = token_embd.row_bytes + output.bytes();
-  for (const auto& l : layers) {
-    const auto& m = l.moe;
-    if (l.kind == LayerKind::kAttention) b += l.attn.wq.bytes() + l.attn.wk.bytes() + l.attn.wv.bytes() + l.attn.wo.bytes();
-    else b += l.dn.wqkv.bytes() + l.dn.wgate.bytes() + l.dn.wbeta.bytes() + l.dn.walpha.bytes() + l.dn.wout.bytes();
-    b += m.router.bytes() + m.gate_shexp.bytes() + m.up_shexp.bytes() + m.down_shexp.bytes() + m.shexp_gate.bytes();
-    const size_t experts = m.gate_exps.bytes() + m.up_exps.bytes() + m.down_exps.bytes();
-    b += experts / static_cast<size_t>(c.n_expert) * static_cast<size_t>(c.n_expert_used);
-  }
-  return b;
-}
-
 std::unique_ptr<Model> Model::load(const std::string& path) {
   auto m = std::make_unique<Model>();
   m->file = std::make_unique<gguf::File>(gguf::File::open(path));

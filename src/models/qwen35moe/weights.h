@@ -59,7 +59,6 @@ struct Weights {
   std::vector<std::string> unused;  // tensors present but not used (MTP blocks), reported at load
 
   static Weights load(const gguf::File& f, const Config& c);  // throws Error naming the tensor
-  size_t bytes_per_token(const Config& c) const;              // weight bytes one decode token reads
 };
 
 // One model: the mapped file, its config and weights.
