@@ -68,8 +68,9 @@ GenerateResult generate(Engine& engine, models::qwen35moe::SequenceState& seq, c
       res.reason = StopReason::kEos;
       break;
     }
+    const size_t searched = pending.size();
     pending += dec.push(tok_id);
-    StopMatch m = find_stop(pending, opts.stop);
+    StopMatch m = find_stop(pending, opts.stop, searched);
     if (m.stopped) {
       emit(m.emit_upto);
       res.reason = StopReason::kStopString;
@@ -87,8 +88,9 @@ GenerateResult generate(Engine& engine, models::qwen35moe::SequenceState& seq, c
     logits = &engine.eval(seq, {tok_id});
   }
   if (res.reason == StopReason::kLength || res.reason == StopReason::kEos || res.reason == StopReason::kContextFull) {
+    const size_t searched = pending.size();
     pending += dec.flush();
-    StopMatch m = find_stop(pending, opts.stop);
+    StopMatch m = find_stop(pending, opts.stop, searched);
     emit(m.stopped ? m.emit_upto : pending.size());
   }
   res.gen_seconds = std::chrono::duration<double>(clock::now() - t1).count();

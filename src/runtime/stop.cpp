@@ -4,12 +4,13 @@
 
 namespace tern::runtime {
 
-StopMatch find_stop(const std::string& text, const std::vector<std::string>& stops) {
+StopMatch find_stop(const std::string& text, const std::vector<std::string>& stops, size_t searched) {
   StopMatch m;
   size_t first = std::string::npos;
   for (const auto& s : stops) {
     if (s.empty()) continue;
-    size_t p = text.find(s);
+    const size_t from = searched >= s.size() ? searched - s.size() + 1 : 0;
+    const size_t p = text.find(s, from);
     if (p != std::string::npos) first = std::min(first, p);
   }
   if (first != std::string::npos) return {true, first};

@@ -12,6 +12,9 @@ struct StopMatch {
 };
 
 // text: everything generated so far. Returns where to cut if a stop string occurs, else the safe emit length.
-StopMatch find_stop(const std::string& text, const std::vector<std::string>& stops);
+// searched: the length of a prefix of text an earlier call already searched without finding a stop (the text
+// before the newest token); only occurrences that end beyond it are looked for, so a generation costs linear
+// time in its length, not quadratic.
+StopMatch find_stop(const std::string& text, const std::vector<std::string>& stops, size_t searched = 0);
 
 }  // namespace tern::runtime

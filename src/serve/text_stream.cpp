@@ -15,15 +15,17 @@ std::string TextStream::take(size_t upto) {
 }
 
 std::string TextStream::push(int32_t id, bool* stopped) {
+  const size_t searched = text_.size();
   text_ += dec_.push(id);
-  runtime::StopMatch m = runtime::find_stop(text_, stops_);
+  runtime::StopMatch m = runtime::find_stop(text_, stops_, searched);
   *stopped = m.stopped;
   return take(m.emit_upto);
 }
 
 std::string TextStream::finish() {
+  const size_t searched = text_.size();
   text_ += dec_.flush();
-  runtime::StopMatch m = runtime::find_stop(text_, stops_);
+  runtime::StopMatch m = runtime::find_stop(text_, stops_, searched);
   return take(m.stopped ? m.emit_upto : text_.size());
 }
 

@@ -128,3 +128,19 @@ TEST(Stop, FindsAndHoldsBack) {
   m = find_stop("xxSTO", stops);
   EXPECT_EQ(m.emit_upto, 2u);
 }
+
+// Searching only past the already-searched prefix finds the same stops as searching the whole text, including
+// a stop string split across the boundary, and stops that start before it.
+TEST(Stop, IncrementalSearchEqualsFullSearch) {
+  const std::vector<std::string> stops = {"</s>", "STOP", "x"};
+  const std::string text = "ab</s";
+  for (const std::string& tail : {std::string(">"), std::string("TOP"), std::string("zz"), std::string("x!")}) {
+    const std::string full = text + tail;
+    const StopMatch a = find_stop(full, stops), b = find_stop(full, stops, text.size());
+    EXPECT_EQ(a.stopped, b.stopped) << full;
+    EXPECT_EQ(a.emit_upto, b.emit_upto) << full;
+  }
+  EXPECT_TRUE(find_stop("abcS" "TOP", stops, 4).stopped);   // starts before the searched prefix ends
+  EXPECT_EQ(find_stop("abcS" "TOP", stops, 4).emit_upto, 3u);
+  EXPECT_FALSE(find_stop("STOP and more", {"STOP"}, 13).stopped);  // already searched: not found again
+}
