@@ -7,10 +7,17 @@ vocabulary adds one), and score the tokens of the second half of each chunk.
 It also checks that llama.cpp and tern tokenize the file identically (tern's ids from `tern tokenize`), since a
 perplexity comparison over different token streams would mean nothing.
 
-usage: python tools/ppl_llamacpp.py -m MODEL.gguf -f TEXT [-c 256] [--tern build/tern] [-t 2]
+usage: python tools/ppl_llamacpp.py -m MODEL.gguf -f TEXT [-c 256] [--tern build/tern] [-t 2] [--json OUT]
+
+--json OUT merges the result into OUT under "llamacpp" (with the model's sha256, the text file and the token
+count), the fixture tests/shell/perplexity.sh compares `tern perplexity` against; the "transformers" entry of the
+same file comes from `tools/train_tiny_model.py eval --ppl-json OUT`.
 """
 import argparse
+import hashlib
+import json
 import math
+import os
 import subprocess
 import sys
 
@@ -24,6 +31,7 @@ def main() -> int:
     ap.add_argument("-c", "--ctx", type=int, default=512)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--tern", default="build/tern", help="tern binary, for the tokenization check ('' to skip)")
+    ap.add_argument("--json", default="", help="merge the result into this JSON fixture")
     a = ap.parse_args()
 
     from llama_cpp import Llama
@@ -75,7 +83,33 @@ def main() -> int:
     err = ppl * math.sqrt(max(var, 0.0) / max(count - 1, 1))
     print(f"\nFinal estimate: PPL = {ppl:.4f} +/- {err:.5f}  (llama.cpp {llama_cpp.__version__}, {n_chunk} chunks of "
           f"{n_ctx}, mean NLL {mean:.4f} nats/token)")
+    if a.json:
+        merge_fixture(a.json, a.model, a.file, n_ctx, len(tokens), "llamacpp",
+                      {"ppl": ppl, "mean_nll": mean, "n_scored": count, "version": llama_cpp.__version__})
     return 0
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def merge_fixture(out, model, text, n_ctx, n_tokens, key, result):
+    """Adds result under key; the model hash, text and chunking must match what the file already holds."""
+    fix = json.load(open(out)) if os.path.exists(out) else {}
+    head = {"model": os.path.basename(model), "model_sha256": sha256(model), "text": os.path.basename(text),
+            "n_ctx": n_ctx, "n_tokens": n_tokens}
+    if any(fix.get(k) != v for k, v in head.items()):
+        fix = {}  # recorded for another model, text or chunking: start over
+    fix.update(head)
+    fix[key] = result
+    with open(out, "w") as f:
+        json.dump(fix, f, indent=2)
+        f.write("\n")
+    print(f"{key} -> {out}")
 
 
 if __name__ == "__main__":

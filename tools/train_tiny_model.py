@@ -10,7 +10,7 @@ Stages (each reads the previous one's output under --work, default out/tiny):
   sample     greedy and sampled generations from WORK/hf -> models/samples.md (printed too)
   eval       held-out loss and perplexity of WORK/hf
 
-The machine this was made on has 2 shared cores: run with `nice -n 19`; torch uses one thread.
+The machine this was made on has 2 cores: the recorded run used `--threads 2` (the default 1 leaves a core to builds).
 Example: nice -n 19 python tools/train_tiny_model.py tokenizer data train sample --steps 1200
 """
 import argparse
@@ -347,6 +347,29 @@ def stage_eval(args):
     loss = evaluate(model, held)
     print(f"held-out loss {loss:.4f} nats/token, perplexity {math.exp(loss):.2f} "
           f"({held.shape[0]} windows x {args.seq} tokens)")
+    # The same figure `tern perplexity -c N` and llama.cpp's perplexity tool compute: the text file tokenized once,
+    # chunks of N tokens each from an empty state, the second half of each chunk scored.
+    tok = load_tokenizer(args)
+    text = open(args.ppl_file, encoding="utf-8").read()
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    n_ctx, first = args.ppl_ctx, args.ppl_ctx // 2
+    nll, count = 0.0, 0
+    with torch.no_grad():
+        for ch in range(len(ids) // n_ctx):
+            x = torch.tensor([ids[ch * n_ctx:(ch + 1) * n_ctx]])
+            lp = torch.log_softmax(model(input_ids=x).logits[0].double(), dim=-1)
+            tgt = x[0, first + 1:]
+            nll -= lp[first:n_ctx - 1].gather(1, tgt[:, None]).sum().item()
+            count += tgt.numel()
+    mean = nll / count
+    print(f"{os.path.basename(args.ppl_file)}: PPL {math.exp(mean):.4f}, mean NLL {mean:.4f} nats/token "
+          f"({len(ids) // n_ctx} chunks of {n_ctx}, {len(ids)} tokens, transformers float32)")
+    if args.ppl_json:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from ppl_llamacpp import merge_fixture
+        merge_fixture(args.ppl_json, args.gguf, args.ppl_file, n_ctx, len(ids), "transformers",
+                      {"ppl": math.exp(mean), "mean_nll": mean, "n_scored": count,
+                       "weights": "float32 checkpoint (the GGUF holds them in F16)"})
 
 
 def main():
@@ -383,6 +406,12 @@ def main():
     ap.add_argument("--ckpt-every", type=int, default=25)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 leaves the other core to builds)")
+    ap.add_argument("--ppl-file", default=os.path.join(REPO, "models", "tern-tiny-heldout.txt"),
+                    help="eval: text for the llama.cpp-style perplexity")
+    ap.add_argument("--ppl-ctx", type=int, default=256, help="eval: perplexity chunk size")
+    ap.add_argument("--ppl-json", default="", help="eval: merge the perplexity into this fixture (see ppl_llamacpp.py)")
+    ap.add_argument("--gguf", default=os.path.join(REPO, "models", "tern-tiny-q35moe.gguf"),
+                    help="eval: the exported model the --ppl-json fixture is recorded for")
     args = ap.parse_args()
     random.seed(args.seed)
     np.random.seed(args.seed)

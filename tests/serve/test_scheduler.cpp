@@ -291,7 +291,7 @@ TEST(Scheduler, FollowUpChatTurnResumesAtTheAnswerEnd) {
     Scheduler cached(*model().engine, *model().tok, so);
     so.cache_bytes = 0;
     Scheduler uncached(*model().engine, *model().tok, so);
-    json body = {{"messages", json::array({{{"role", "user"}, {"content", "Who made the light?"}}})},
+    json body = {{"messages", json::array({{{"role", "user"}, {"content", "What does \"river\" mean?"}}})},
                  {"temperature", 0},
                  {"max_tokens", 160}};
     if (!thinking) body["chat_template_kwargs"] = {{"enable_thinking", false}};

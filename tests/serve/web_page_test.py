@@ -165,10 +165,11 @@ try:
     check("the user's message is shown", page.eval("document.querySelector('[data-role=user]').textContent") ==
           "Tell me a fortune.")
 
-    # 2. A long answer (this prompt runs to max_tokens greedily: 4000 tokens take seconds) is stopped mid-stream.
+    # 2. A long answer (the bundled model counts on to max_tokens greedily here: 4000 tokens take seconds) is stopped
+    # mid-stream.
     cancelled0 = metric("tern_requests_cancelled_total")
     page.eval("document.getElementById('reset').click(); document.getElementById('max_tokens').value = 4000;"
-              "document.getElementById('input').value = 'Quote a verse.'; document.getElementById('send').click(); 1")
+              "document.getElementById('input').value = 'Count: one, two, three, four, five,'; document.getElementById('send').click(); 1")
     started = page.wait_for("(() => { const d = document.querySelector('[data-role=assistant]');"
                             " return d && d.textContent.length > 0; })()", 30)
     page.eval("document.getElementById('stop').click(); 1")
