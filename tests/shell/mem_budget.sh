@@ -16,7 +16,8 @@ M=$work/syn.gguf
 "$GEN" "$M" layers=4 embd=256 experts=64 used=4 ff=256 vocab=512 type=f16
 file_mib=$(( $(stat -c %s "$M") >> 20 ))
 rss_check=1
-if ldd "$TERN" 2>/dev/null | grep -q libasan; then rss_check=0; echo "mem_budget: ASan build: RSS not checked"; fi
+# (grep without -q reads all of ldd's output: with -q and pipefail, ldd could die of SIGPIPE and the check fail at random.)
+if ldd "$TERN" 2>/dev/null | grep libasan >/dev/null; then rss_check=0; echo "mem_budget: ASan build: RSS not checked"; fi
 fail() { echo "mem_budget: FAIL: $*"; exit 1; }
 
 json_field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
