@@ -13,6 +13,7 @@
 #include "core/cpu.h"
 #include "core/parallel.h"
 #include "quant/kernels.h"
+#include "quant/repack.h"
 
 using namespace tern;
 using namespace tern::quant;
@@ -53,6 +54,34 @@ void bm_matvec(benchmark::State& st, Type t, Isa isa, int64_t n_out, int64_t n_i
   }
   st.counters["wbytes"] = benchmark::Counter(static_cast<double>(mat) * st.iterations(),
                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// The same through the repacked (x8) layout: the pool's matrices repacked once, then rotated the same way.
+// Arg 2: tokens per call (1 = decode).
+void bm_matvec_x8(benchmark::State& st, Type t, Isa isa, int64_t n_out, int64_t n_in) {
+  if (!isa_supported(isa)) {
+    st.SkipWithError("this CPU lacks the ISA");
+    return;
+  }
+  set_n_threads(static_cast<int>(st.range(0)));
+  const int64_t n_tok = st.range(1);
+  const size_t rs = row_size(traits(t), n_in), mat = rs * n_out, pmat = repacked_bytes(t, n_out, n_in);
+  const size_t n_mats = kPoolBytes / mat;
+  std::vector<uint8_t> packed(pmat * n_mats);
+  for (size_t m = 0; m < n_mats; ++m) repack(t, pool().data() + m * mat, rs, n_out, n_in, packed.data() + m * pmat);
+  std::vector<float> x(n_in * n_tok), y(n_out * n_tok);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  size_t k = 0;
+  for (auto _ : st) {
+    matmul_repacked(t, packed.data() + (k++ % n_mats) * pmat, n_out, n_in, x.data(), n_tok, y.data(), isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["wbytes"] = benchmark::Counter(static_cast<double>(pmat) * st.iterations(),
+                                             benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  st.counters["tok_rows"] = benchmark::Counter(static_cast<double>(n_out * n_tok) * st.iterations(),
+                                               benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
 __attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
@@ -104,6 +133,14 @@ const int kRegistered = [] {
                                  std::to_string(s[0]) + "x" + std::to_string(s[1]);
         benchmark::RegisterBenchmark(name.c_str(), bm_matvec, t, isa, s[0], s[1])
             ->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+      }
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
+    for (Type t : {Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q5_K, Type::Q6_K})
+      for (const auto& s : shapes) {
+        const std::string name = std::string("BM_matvec_x8/") + type_name(t) + "/" + isa_name(isa) + "/" +
+                                 std::to_string(s[0]) + "x" + std::to_string(s[1]);
+        benchmark::RegisterBenchmark(name.c_str(), bm_matvec_x8, t, isa, s[0], s[1])
+            ->Args({1, 1})->Args({2, 1})->Args({2, 64})->Unit(benchmark::kMicrosecond)->UseRealTime();
       }
   return 0;
 }();

@@ -17,6 +17,9 @@ inline void add_memory_options(CLI::App& app, runtime::EngineOptions& o) {
                  "the dense weights, state and buffers leave (default: no budget, everything memory-mapped)");
   app.add_option("--expert-cache", o.expert_cache,
                  "Stream routed experts through a cache of exactly N experts per layer (overrides the budget's choice)");
+  app.add_flag("--no-repack", o.no_repack,
+               "Compute from the file's weight layout; by default matrices are repacked at load into the layout the "
+               "kernels read fastest (same memory: the file's pages are given back)");
 }
 
 inline void add_model_option(CLI::App& app, runtime::EngineOptions& o, ModelArg arg) {

@@ -42,6 +42,7 @@ static RunFn setup_plan(CLI::App& app) {
     req.batch_rows = o->batch;
     req.budget = budget;
     req.expert_slots = e.expert_cache;
+    req.repack = !e.no_repack;
     const runtime::MemoryPlan p = runtime::plan_memory(f, c, req);
     if (o->json) {
       nlohmann::ordered_json j = {
@@ -49,7 +50,7 @@ static RunFn setup_plan(CLI::App& app) {
           {"dense", p.dense}, {"experts", p.experts}, {"streamed", p.streamed}, {"expert_slots", p.slots},
           {"n_expert", p.n_expert}, {"expert_cache", p.expert_cache}, {"state", p.state}, {"buffers", p.buffers},
           {"runtime", p.runtime}, {"total", p.total()}, {"minimum", p.minimum()}, {"budget", p.budget},
-          {"fits", p.fits}, {"verdict", p.verdict}};
+          {"repacked", p.repacked}, {"fits", p.fits}, {"verdict", p.verdict}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("memory plan for %s (context %lld x %d sequence%s, %s KV):\n%s", e.model_path.c_str(),

@@ -62,4 +62,39 @@ void MappedFile::release() {
   size_ = 0;
 }
 
+AnonBuffer::AnonBuffer(size_t n) : size_(n) {
+  if (n == 0) return;
+  void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) fail("cannot allocate %zu bytes: %s", n, std::strerror(errno));
+  if (n >= (size_t{2} << 20)) ::madvise(p, n, MADV_HUGEPAGE);  // fewer TLB misses when streaming weights
+  data_ = static_cast<uint8_t*>(p);
+}
+
+AnonBuffer::~AnonBuffer() {
+  if (data_) ::munmap(data_, size_);
+}
+
+AnonBuffer::AnonBuffer(AnonBuffer&& o) noexcept : data_(o.data_), size_(o.size_) {
+  o.data_ = nullptr;
+  o.size_ = 0;
+}
+
+AnonBuffer& AnonBuffer::operator=(AnonBuffer&& o) noexcept {
+  if (this != &o) {
+    if (data_) ::munmap(data_, size_);
+    data_ = o.data_;
+    size_ = o.size_;
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+void drop_pages(const void* p, size_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
 }  // namespace tern

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -118,11 +119,22 @@ Engine::Engine(const EngineOptions& o) {
   req.budget = budget;
   req.expert_slots = o.expert_cache;
   req.prefix_cache = o.prefix_cache_bytes;
+  req.repack = !o.no_repack;
   plan_ = plan_memory(*model_->file, c, req);
+  if (req.repack && !plan_.streamed && budget == 0 &&
+      static_cast<double>(plan_.dense + plan_.experts) > 0.8 * available_memory_bytes()) {
+    log::info("weights stay memory-mapped in the file's layout (not repacked): %s is more than 80%% of the %s "
+              "available (--mem-budget streams the experts, repacked as they are read)",
+              format_bytes(plan_.dense + plan_.experts).c_str(),
+              format_bytes(static_cast<uint64_t>(available_memory_bytes())).c_str());
+    req.repack = false;
+    plan_ = plan_memory(*model_->file, c, req);
+  }
   if (budget > 0 || plan_.streamed) log::info("memory plan:\n%s", format_plan(plan_).c_str());
   else log::info("memory: %s", plan_.verdict.c_str());
   if (!plan_.fits) fail("--mem-budget %s: %s", o.mem_budget.c_str(), plan_.verdict.c_str());
-  warm_pages(*model_->file, plan_);
+  if (req.repack) repack_weights(plan_.streamed);
+  else warm_pages(*model_->file, plan_);
 
   log::info("%s: %s, %lld layers (%lld attention, %lld DeltaNet), %lld experts top-%lld, %d threads, kernels %s",
             o.model_path.c_str(), c.arch.c_str(), static_cast<long long>(c.n_layer),
@@ -132,6 +144,19 @@ Engine::Engine(const EngineOptions& o) {
   models::TensorDump dump;
   if (!o.dump_dir.empty()) dump = models::TensorDump(o.dump_dir);
   forward_ = std::make_unique<models::qwen35moe::Forward>(*model_, std::move(dump), plan_.streamed ? plan_.slots : 0);
+}
+
+// Matrices into the kernels' layout (streamed experts are repacked as they are read instead); logged once.
+void Engine::repack_weights(bool experts_streamed) {
+  using models::qwen35moe::RepackScope;
+  const auto t0 = std::chrono::steady_clock::now();
+  repack_ = model_->repack(experts_streamed ? RepackScope::kDense : RepackScope::kAll);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log::info("repacked %lld matrices for the kernels (%s, from %s in the file, whose pages were given back) in %.1f s%s",
+            static_cast<long long>(repack_.matrices), format_bytes(repack_.bytes).c_str(),
+            format_bytes(repack_.file_bytes).c_str(), s, experts_streamed ? "; streamed experts are repacked as read" : "");
+  if (!repack_.kept.empty())
+    log::info("kept in the file's layout: %zu matrices (first: %s)", repack_.kept.size(), repack_.kept.front().c_str());
 }
 
 Engine::~Engine() {
@@ -153,6 +178,12 @@ void Engine::print_stats() const {
   } else {
     std::fprintf(stderr, "expert cache: off (experts memory-mapped)\n");
   }
+  if (repack_.matrices > 0)
+    std::fprintf(stderr, "repacked: %lld matrices, %s (file layout %s; %zu kept in the file layout)\n",
+                 static_cast<long long>(repack_.matrices), format_bytes(repack_.bytes).c_str(),
+                 format_bytes(repack_.file_bytes).c_str(), repack_.kept.size());
+  else
+    std::fprintf(stderr, "repacked: none (weights computed from the file's layout)\n");
   std::fprintf(stderr, "memory: resident %s now, %s peak; plan %s%s%s\n", format_bytes(rss.now).c_str(),
                format_bytes(rss.peak).c_str(), format_bytes(plan_.total()).c_str(),
                plan_.budget ? ", budget " : "", plan_.budget ? format_bytes(plan_.budget).c_str() : "");

@@ -21,6 +21,7 @@ struct EngineOptions {
   std::string mem_budget;      // --mem-budget SIZE: stream experts through a cache so memory stays within SIZE
   int64_t expert_cache = 0;    // --expert-cache N: stream with exactly N experts per layer cached
   bool stats = false;          // --stats: print expert-cache counters and memory use when the engine ends
+  bool no_repack = false;      // --no-repack: compute from the file's layout (else matrices are repacked at load)
   // Set by commands that hold several sequences or big batches (serve), for the memory plan.
   int n_parallel = 1;
   int64_t batch_rows = kMaxBatchRows;
@@ -63,12 +64,14 @@ class Engine {
                                  bool all_logits = false);
 
  private:
+  void repack_weights(bool experts_streamed);
   std::unique_ptr<models::qwen35moe::Model> model_;
   std::unique_ptr<models::qwen35moe::Forward> forward_;
   int64_t n_ctx_ = 0;
   ops::KvType kv_type_ = ops::KvType::kF16;
   MemoryPlan plan_;
   bool stats_ = false;
+  models::qwen35moe::RepackReport repack_;
   std::vector<float> all_logits_;
 };
 

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "models/qwen35moe/state.h"
+#include "models/qwen35moe/weights.h"
 
 namespace tern::runtime {
 
@@ -72,16 +73,19 @@ MemoryPlan plan_memory(const gguf::File& f, const Config& c, const MemoryRequest
   p.n_expert = c.n_expert;
   p.budget = r.budget;
   p.expert_bytes.assign(static_cast<size_t>(c.n_layer), 0);
+  p.repacked = r.repack;
   for (const gguf::TensorInfo& t : f.tensors()) {
     const int64_t il = block_of(t.name);
     if (il >= c.n_layer) continue;  // MTP blocks: never loaded
+    const uint64_t bytes = models::qwen35moe::resident_tensor_bytes(t, c, r.repack, true);
     if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
-      p.experts += t.n_bytes;
-      p.expert_bytes[il] += t.n_bytes / static_cast<uint64_t>(c.n_expert);
+      p.experts += bytes;
+      p.expert_bytes[il] += bytes / static_cast<uint64_t>(c.n_expert);
     } else {
-      p.dense += t.n_bytes;
+      p.dense += bytes;
     }
   }
+  p.dense += models::qwen35moe::repack_extra_bytes(f, c, r.repack);
   p.state = static_cast<uint64_t>(r.n_parallel) * SequenceState::bytes_for(c, r.n_ctx, r.kv_type);
   p.buffers = buffer_bytes(c, std::min(r.batch_rows, r.n_ctx * r.n_parallel), r.n_parallel);
   p.runtime = kProgramBytes + kMetadataFactor * f.data_offset();
@@ -142,13 +146,13 @@ std::string format_plan(const MemoryPlan& p) {
     std::snprintf(s, sizeof s, "  %-16s %12s  %s\n", what, format_bytes(bytes).c_str(), note.c_str());
     out += s;
   };
-  row("dense weights", p.dense, "mapped, read every token");
+  row("dense weights", p.dense, p.repacked ? "repacked for the kernels, read every token" : "mapped, read every token");
   row("routed experts", p.experts,
-      p.streamed ? "in the file, read on demand" : "mapped");
+      p.streamed ? "in the file, read on demand" : p.repacked ? "repacked for the kernels" : "mapped");
   if (p.streamed) {
     char note[96];
-    std::snprintf(note, sizeof note, "%lld of %lld experts per layer, LRU", static_cast<long long>(p.slots),
-                  static_cast<long long>(p.n_expert));
+    std::snprintf(note, sizeof note, "%lld of %lld experts per layer, LRU%s", static_cast<long long>(p.slots),
+                  static_cast<long long>(p.n_expert), p.repacked ? ", repacked as read" : "");
     row("expert cache", p.expert_cache, note);
   }
   row("sequence state", p.state, "KV cache + recurrent state");

@@ -25,6 +25,7 @@ struct MemoryRequest {
   uint64_t budget = 0;        // bytes; 0: no budget (everything mapped, the page cache decides)
   int64_t expert_slots = 0;   // experts cached per layer; 0: from the budget (or mapped without one)
   uint64_t prefix_cache = 0;  // the server's prefix-cache budget
+  bool repack = true;         // matrices repacked for the kernels (Model::repack): their repacked sizes count
 };
 
 struct MemoryPlan {
@@ -37,6 +38,7 @@ struct MemoryPlan {
   uint64_t runtime = 0;        // program, libraries, parsed metadata and tokenizer (an estimate)
   uint64_t prefix_cache = 0;   // server prefix cache (at most)
   bool streamed = false;       // experts read on demand into a cache (else mapped)
+  bool repacked = false;       // weights and expert slots hold repacked matrices (anonymous memory)
   int64_t n_expert = 0;
   int64_t slots = 0;           // experts per layer in the cache (streamed)
   uint64_t expert_cache = 0;   // bytes of those slots

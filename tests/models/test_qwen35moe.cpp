@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <tuple>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +91,7 @@ std::vector<int32_t> greedy(const Model& m, const std::vector<int32_t>& prompt, 
 
 struct Case {
   std::string preset, type;
+  bool repack = false;  // matrices in the kernels' repacked layout (Model::repack), as the engine runs them
 };
 
 std::vector<Case> all_cases() {
@@ -100,9 +102,13 @@ std::vector<Case> all_cases() {
     if (e.path().extension() != ".gguf") continue;
     std::string stem = f.substr(0, f.size() - 5);
     size_t dot = stem.rfind('.');
-    cs.push_back({stem.substr(0, dot), stem.substr(dot + 1)});
+    const std::string type = stem.substr(dot + 1);
+    cs.push_back({stem.substr(0, dot), type, false});
+    if (type != "f32" && type != "f16") cs.push_back({stem.substr(0, dot), type, true});  // float types: no layout
   }
-  std::sort(cs.begin(), cs.end(), [](const Case& a, const Case& b) { return a.preset + a.type < b.preset + b.type; });
+  std::sort(cs.begin(), cs.end(), [](const Case& a, const Case& b) {
+    return std::tie(a.preset, a.type, a.repack) < std::tie(b.preset, b.type, b.repack);
+  });
   return cs;
 }
 
@@ -111,6 +117,13 @@ class ModelFixture : public ::testing::TestWithParam<Case> {
   fs::path gguf() const { return kModels / (GetParam().preset + "." + GetParam().type + ".gguf"); }
   fs::path dir() const { return kModels / GetParam().preset; }
   bool exact_weights() const { return GetParam().type == "f32" || GetParam().type == "f16"; }
+  // The fixture's model, repacked when the case says so (experts too, or only the dense part: streamed experts
+  // are repacked as they are read).
+  std::unique_ptr<Model> load(RepackScope scope = RepackScope::kAll) const {
+    auto m = Model::load(gguf().string());
+    if (GetParam().repack) m->repack(scope);
+    return m;
+  }
 };
 
 // transformers fp32 reference. F32/F16 files hold exactly the reference weights (the generator rounds them to
@@ -122,7 +135,7 @@ class ModelFixture : public ::testing::TestWithParam<Case> {
 // within 1e-3 * (1 + max|logit|).
 TEST_P(ModelFixture, MatchesTransformers) {
   if (!exact_weights()) GTEST_SKIP() << "quantized weights: compared with llama.cpp, not transformers";
-  auto model = Model::load(gguf().string());
+  auto model = load();
   for (const Prompt& p : read_prompts(dir() / "ref_hf.json")) {
     std::vector<float> lg = teacher_forced(*model, p.tokens);
     const int64_t V = model->config.n_vocab;
@@ -151,7 +164,7 @@ TEST_P(ModelFixture, MatchesTransformers) {
 // Greedy continuation token for token (>= 32 tokens), with an f32 and an f16 KV cache.
 TEST_P(ModelFixture, GreedyMatchesTransformers) {
   if (!exact_weights()) GTEST_SKIP() << "quantized weights: compared with llama.cpp, not transformers";
-  auto model = Model::load(gguf().string());
+  auto model = load();
   json ref = read_json(dir() / "ref_hf.json");
   std::map<std::string, std::vector<int32_t>> prompts;
   for (const auto& p : ref["prompts"]) prompts[p["name"]] = p["tokens"].get<std::vector<int32_t>>();
@@ -164,7 +177,7 @@ TEST_P(ModelFixture, GreedyMatchesTransformers) {
 }
 
 TEST_P(ModelFixture, PrefillThenDecodeEqualsOneShot) {
-  auto model = Model::load(gguf().string());
+  auto model = load();
   std::vector<int32_t> toks;
   for (int i = 0; i < 70; ++i) toks.push_back((i * 37 + 11) % 200 + 1);
   std::vector<float> full = teacher_forced(*model, toks);
@@ -185,7 +198,7 @@ TEST_P(ModelFixture, PrefillThenDecodeEqualsOneShot) {
 }
 
 TEST_P(ModelFixture, IndependentOfThreadsAndBatch) {
-  auto model = Model::load(gguf().string());
+  auto model = load();
   std::vector<int32_t> a = {5, 9, 13, 2, 7, 30, 31}, bt = {3, 3, 8};
   const int saved = n_threads();
   set_n_threads(1);
@@ -210,7 +223,7 @@ TEST_P(ModelFixture, IndependentOfThreadsAndBatch) {
 }
 
 TEST_P(ModelFixture, ContextOverflowIsAnError) {
-  auto model = Model::load(gguf().string());
+  auto model = load();
   SequenceState st(model->config, 8, ops::KvType::kF16);
   Forward fw(*model);
   std::vector<SeqInput> b = {{&st, std::vector<int32_t>(6, 1), false}};
@@ -230,7 +243,7 @@ TEST_P(ModelFixture, ContextOverflowIsAnError) {
 TEST_P(ModelFixture, MatchesLlamaCpp) {
   const fs::path ref = dir() / ("ref_llamacpp_" + GetParam().type + ".json");
   if (!fs::exists(ref)) GTEST_SKIP() << "no llama.cpp reference recorded for " << ref.filename();
-  auto model = Model::load(gguf().string());
+  auto model = load();
   const int64_t V = model->config.n_vocab;
   for (const Prompt& p : read_prompts(ref)) {
     std::vector<float> lg = teacher_forced(*model, p.tokens);
@@ -260,7 +273,7 @@ TEST_P(ModelFixture, MatchesLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) {
-                           std::string n = info.param.preset + "_" + info.param.type;
+                           std::string n = info.param.preset + "_" + info.param.type + (info.param.repack ? "_x8" : "");
                            for (char& ch : n)
                              if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
@@ -276,12 +289,13 @@ TEST(ModelFixtures, Present) { EXPECT_GE(all_cases().size(), 3u) << "expected co
 // the mapped file (the kernels see the same bytes; only where they live changes), prefill and decode alike,
 // and the cache counters add up: one lookup per (layer, expert used by the step), a read per miss.
 TEST_P(ModelFixture, SameLogitsAtAnyExpertCacheSize) {
-  auto model = Model::load(gguf().string());
+  auto mapped_model = load();
+  auto model = load(RepackScope::kDense);  // streamed experts must be read from the file's layout
   const Config& c = model->config;
   const std::vector<int32_t> prompt = {5, 9, 13, 2, 7, 30, 31, 4, 1, 17};
   auto run = [&](int64_t slots, ExpertCacheStats* stats) {
     SequenceState st(c, 64, ops::KvType::kF16);
-    Forward fw(*model, {}, slots);
+    Forward fw(slots > 0 ? *model : *mapped_model, {}, slots);
     std::vector<SeqInput> b(1);
     b[0] = {&st, prompt, true};
     std::vector<float> out = fw.run(b);
@@ -319,7 +333,7 @@ TEST_P(ModelFixture, SameLogitsAtAnyExpertCacheSize) {
 }
 
 TEST_P(ModelFixture, ExpertCacheSizeIsChecked) {
-  auto model = Model::load(gguf().string());
+  auto model = load();
   EXPECT_THROW(ExpertStore(*model, 0), Error);
   EXPECT_THROW(ExpertStore(*model, model->config.n_expert + 1), Error);
 }

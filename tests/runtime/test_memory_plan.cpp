@@ -17,6 +17,8 @@ using namespace tern;
 using namespace tern::runtime;
 using models::qwen35moe::ExpertStore;
 using models::qwen35moe::Model;
+using models::qwen35moe::RepackReport;
+using models::qwen35moe::RepackScope;
 using models::qwen35moe::SequenceState;
 
 namespace {
@@ -38,23 +40,33 @@ MemoryRequest request(int64_t n_ctx, uint64_t budget = 0, int64_t slots = 0) {
 
 }  // namespace
 
+// The planner's weight figures equal what the loaded model holds: the file's tensors, or with repacking the
+// repacked matrices in place of the file bytes they replace (and the expert slots as the store sizes them).
 TEST_P(PlanFixture, WeightFiguresMatchTheLoadedModel) {
-  auto m = Model::load(path());
-  const MemoryPlan p = plan_memory(*m->file, m->config, request(256));
-  // Every loaded tensor is either dense or a routed expert; unused (MTP) tensors are neither.
-  uint64_t loaded = 0;
-  for (const auto& t : m->file->tensors()) {
-    const std::string name(t.name);
-    if (std::find(m->weights.unused.begin(), m->weights.unused.end(), name) == m->weights.unused.end()) loaded += t.n_bytes;
+  for (bool repack : {false, true}) {
+    auto m = Model::load(path());
+    MemoryRequest r = request(256);
+    r.repack = repack;
+    const MemoryPlan p = plan_memory(*m->file, m->config, r);
+    EXPECT_EQ(p.repacked, repack);
+    // Every loaded tensor is either dense or a routed expert; unused (MTP) tensors are neither.
+    uint64_t loaded = 0;
+    for (const auto& t : m->file->tensors()) {
+      const std::string name(t.name);
+      if (std::find(m->weights.unused.begin(), m->weights.unused.end(), name) == m->weights.unused.end()) loaded += t.n_bytes;
+    }
+    const RepackReport rep = m->repack(repack ? RepackScope::kAll : RepackScope::kNone);
+    EXPECT_EQ(p.dense + p.experts, loaded - rep.file_bytes + rep.bytes) << (repack ? "repacked" : "file layout");
+    auto streamed = Model::load(path());
+    streamed->repack(repack ? RepackScope::kDense : RepackScope::kNone);
+    const std::vector<size_t> per_layer = ExpertStore::expert_bytes_per_layer(*streamed);
+    ASSERT_EQ(p.expert_bytes.size(), per_layer.size());
+    for (size_t i = 0; i < per_layer.size(); ++i) EXPECT_EQ(p.expert_bytes[i], per_layer[i]) << "layer " << i;
+    SequenceState st(m->config, 256, ops::KvType::kF16);
+    EXPECT_EQ(p.state, st.bytes());
+    EXPECT_FALSE(p.streamed);
+    EXPECT_EQ(p.total(), p.dense + p.experts + p.state + p.buffers + p.runtime);
   }
-  EXPECT_EQ(p.dense + p.experts, loaded);
-  const std::vector<size_t> per_layer = ExpertStore::expert_bytes_per_layer(*m);
-  ASSERT_EQ(p.expert_bytes.size(), per_layer.size());
-  for (size_t i = 0; i < per_layer.size(); ++i) EXPECT_EQ(p.expert_bytes[i], per_layer[i]) << "layer " << i;
-  SequenceState st(m->config, 256, ops::KvType::kF16);
-  EXPECT_EQ(p.state, st.bytes());
-  EXPECT_FALSE(p.streamed);
-  EXPECT_EQ(p.total(), p.dense + p.experts + p.state + p.buffers + p.runtime);
 }
 
 TEST_P(PlanFixture, BudgetBuysTheSlotsItCanHold) {

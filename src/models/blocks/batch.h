@@ -19,7 +19,8 @@ struct Segment {
 };
 
 // Reusable scratch buffer: grows, never shrinks, so steady-state decode does not allocate.
-inline float* grow(std::vector<float>& v, int64_t n) {
+template <typename T>
+T* grow(std::vector<T>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   return v.data();
 }

@@ -1,16 +1,113 @@
 #include "models/blocks/moe.h"
 
+#include <algorithm>
 #include <cstring>
 
+#include "core/parallel.h"
 #include "core/profile.h"
 #include "ops/activation.h"
 #include "ops/moe.h"
 
 namespace tern::models {
 
+namespace {
+
+constexpr int64_t kRowChunk = 16;  // rows of one matrix per task (a multiple of the repacked 8-row groups)
+
+// One SwiGLU FFN over a set of the batch's tokens: a routed expert (its tokens) or the shared expert (all).
+struct FfnJob {
+  Linear gate, up, down;
+  const int32_t* tokens = nullptr;  // [m] batch rows, or nullptr for rows 0..m-1
+  int64_t m = 0;
+  int64_t h_off = 0, out_off = 0;   // row offsets into MoeScratch::h / ::out
+};
+
+int64_t chunks(int64_t n) { return (n + kRowChunk - 1) / kRowChunk; }
+
+// Runs every job's gate+up (with SwiGLU), then every job's down, as three parallel passes over fixed
+// (job, row chunk) tasks: each output element is one gemm call's, so results never depend on the threads.
+// Each job's input rows are gathered from xq (the batch's activations, quantized once); when a matrix reads
+// another format than xq the job's rows are quantized for it.
+void run_ffns(const std::vector<FfnJob>& jobs, const float* x, const uint8_t* xq, const Linear& xq_fmt, int64_t D,
+              MoeScratch& s) {
+  int64_t h_rows = 0;
+  for (const FfnJob& j : jobs) h_rows = std::max(h_rows, j.h_off + j.m);
+  // Gathered, quantized input rows of every job (gate and up share them when their formats agree).
+  std::vector<size_t> in_off(jobs.size()), up_off(jobs.size());
+  size_t in_bytes = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    in_off[i] = in_bytes;
+    in_bytes += static_cast<size_t>(jobs[i].m) * act_row_bytes(jobs[i].gate);
+    up_off[i] = in_off[i];
+    if (!same_act_format(jobs[i].gate, jobs[i].up)) {
+      up_off[i] = in_bytes;
+      in_bytes += static_cast<size_t>(jobs[i].m) * act_row_bytes(jobs[i].up);
+    }
+  }
+  uint8_t* in = grow(s.in_q, static_cast<int64_t>(in_bytes));
+  parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
+    const FfnJob& j = jobs[i];
+    for (const auto& [w, off] : {std::pair{&j.gate, in_off[i]}, {&j.up, up_off[i]}}) {
+      if (w == &j.up && off == in_off[i]) break;
+      const size_t a = act_row_bytes(*w);
+      for (int64_t r = 0; r < j.m; ++r) {
+        const int64_t row = j.tokens ? j.tokens[r] : r;
+        if (same_act_format(*w, xq_fmt)) std::memcpy(in + off + r * a, xq + row * a, a);
+        else quantize_rows(*w, x + row * D, 1, in + off + r * a);
+      }
+    }
+  });
+
+  // gate and up rows of a chunk, then SwiGLU on them: h [h_rows, F] f32 (each job's m rows at h_off).
+  std::vector<std::pair<int32_t, int32_t>> tasks;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    for (int64_t c = 0; c < chunks(jobs[i].gate.n_out); ++c) tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(c)});
+  int64_t F = 0;
+  for (const FfnJob& j : jobs) F = std::max(F, j.gate.n_out);
+  float* g = grow(s.ge, h_rows * F);
+  float* u = grow(s.ue, h_rows * F);
+  parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t k) {
+    const FfnJob& j = jobs[tasks[k].first];
+    const int64_t r0 = tasks[k].second * kRowChunk, r1 = std::min(j.gate.n_out, r0 + kRowChunk);
+    float* gj = g + j.h_off * F;
+    float* uj = u + j.h_off * F;
+    gemm_rows(j.gate, in + in_off[tasks[k].first], j.m, r0, r1, gj, F);
+    gemm_rows(j.up, in + up_off[tasks[k].first], j.m, r0, r1, uj, F);
+    for (int64_t t = 0; t < j.m; ++t) ops::swiglu(gj + t * F + r0, uj + t * F + r0, gj + t * F + r0, r1 - r0);
+  });
+
+  // down: its input rows quantized, then its rows in chunks into out [.., D] at out_off.
+  std::vector<size_t> dn_off(jobs.size());
+  size_t dn_bytes = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    dn_off[i] = dn_bytes;
+    dn_bytes += static_cast<size_t>(jobs[i].m) * act_row_bytes(jobs[i].down);
+  }
+  uint8_t* dq = grow(s.down_q, static_cast<int64_t>(dn_bytes));
+  std::vector<std::pair<int32_t, int32_t>> rows;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    for (int64_t t = 0; t < jobs[i].m; ++t) rows.push_back({static_cast<int32_t>(i), static_cast<int32_t>(t)});
+  parallel_for(static_cast<int64_t>(rows.size()), [&](int64_t k) {
+    const FfnJob& j = jobs[rows[k].first];
+    const int64_t t = rows[k].second;
+    // h rows are F wide; the down matrix reads its first n_in (= this job's F) of them
+    quantize_rows(j.down, g + (j.h_off + t) * F, 1, dq + dn_off[rows[k].first] + t * act_row_bytes(j.down));
+  });
+  tasks.clear();
+  for (size_t i = 0; i < jobs.size(); ++i)
+    for (int64_t c = 0; c < chunks(jobs[i].down.n_out); ++c) tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(c)});
+  parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t k) {
+    const FfnJob& j = jobs[tasks[k].first];
+    const int64_t r0 = tasks[k].second * kRowChunk, r1 = std::min(j.down.n_out, r0 + kRowChunk);
+    gemm_rows(j.down, dq + dn_off[tasks[k].first], j.m, r0, r1, s.out.data() + j.out_off * D, D);
+  });
+}
+
+}  // namespace
+
 void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen35moe::ExpertStore& experts,
                int layer, const float* x, int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump) {
-  const int64_t E = c.n_expert, K = c.n_expert_used, D = c.n_embd, F = c.n_ff_exp;
+  const int64_t E = c.n_expert, K = c.n_expert_used, D = c.n_embd;
   float* logits = grow(s.logits, n_rows * E);
   float* wts = grow(s.weights, n_rows * K);
   if (static_cast<int64_t>(s.ids.size()) < n_rows * K) s.ids.resize(static_cast<size_t>(n_rows * K));
@@ -20,7 +117,7 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
   ops::moe_route_softmax_topk(logits, n_rows, E, K, s.ids.data(), wts);
   prof_router.done();
 
-  // Group (token, slot) pairs by expert; run each expert once over its tokens.
+  // Group (token, slot) pairs by expert; each expert runs once over its tokens.
   TERN_PROFILE(prof_exps, "moe.experts", 0);
   s.by_expert.resize(static_cast<size_t>(E));
   for (auto& b : s.by_expert) b.clear();
@@ -35,48 +132,65 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
   }
   experts.prefetch(layer, s.order.data() + n_resident, static_cast<int64_t>(s.order.size()) - n_resident,
                    s.order.data(), n_resident);
-  float* slots = grow(s.slots, n_rows * K * D);  // [n_rows, K, D] each expert's output for each slot
-  for (const int32_t e : s.order) {
+
+  // The batch's input quantized once, in the format of the first expert's gate (most jobs share it).
+  const qwen35moe::ExpertMatrices first = experts.get(layer, s.order.front());
+  const Linear xq_fmt = first.gate;
+  uint8_t* xq = grow(s.x_q, n_rows * static_cast<int64_t>(act_row_bytes(xq_fmt)));
+  quantize_rows(xq_fmt, x, n_rows, xq);
+
+  // Every routed expert's output rows land in s.out at out_off; slot_row maps (token, k) to its row.
+  s.tokens.resize(static_cast<size_t>(n_rows * K));
+  if (static_cast<int64_t>(s.slot_row.size()) < n_rows * K) s.slot_row.resize(static_cast<size_t>(n_rows * K));
+  const bool shared = c.n_ff_shexp > 0;
+  grow(s.out, (n_rows * K + (shared ? n_rows : 0)) * D);
+  int64_t row = 0;
+  std::vector<FfnJob> jobs;
+  // Mapped experts all run in one set of passes; a streamed expert is valid only until the next get() of its
+  // layer, so each runs on its own.
+  const bool one_at_a_time = experts.streamed();
+  for (size_t i = 0; i < s.order.size(); ++i) {
+    const int32_t e = s.order[i];
     const auto& members = s.by_expert[e];
-    const int64_t m = static_cast<int64_t>(members.size());
-    float* xe = grow(s.xe, m * D);
-    float* ge = grow(s.ge, m * F);
-    float* ue = grow(s.ue, m * F);
-    float* de = grow(s.de, m * D);
-    for (int64_t r = 0; r < m; ++r) std::memcpy(xe + r * D, x + (members[r] / K) * D, D * sizeof(float));
-    const qwen35moe::ExpertMatrices ex = experts.get(layer, e);
+    const qwen35moe::ExpertMatrices ex = i == 0 ? first : experts.get(layer, e);
     TERN_PROFILE_BYTES(prof_exps, ex.gate.bytes() + ex.up.bytes() + ex.down.bytes());
-    apply(ex.gate, xe, m, ge);
-    apply(ex.up, xe, m, ue);
-    ops::swiglu(ge, ue, ge, m * F);
-    apply(ex.down, ge, m, de);
-    for (int64_t r = 0; r < m; ++r) std::memcpy(slots + static_cast<int64_t>(members[r]) * D, de + r * D, D * sizeof(float));
+    FfnJob j{ex.gate, ex.up, ex.down, s.tokens.data() + row, static_cast<int64_t>(members.size()), row, row};
+    for (size_t r = 0; r < members.size(); ++r) {
+      s.tokens[row + r] = members[r] / static_cast<int32_t>(K);
+      s.slot_row[members[r]] = static_cast<int32_t>(row + r);
+    }
+    row += j.m;
+    jobs.push_back(j);
+    if (one_at_a_time) {
+      run_ffns(jobs, x, xq, xq_fmt, D, s);
+      jobs.clear();
+    }
   }
-  for (int64_t t = 0; t < n_rows; ++t) {
+  if (shared) {
+    TERN_PROFILE_BYTES(prof_exps, w.gate_shexp.bytes() + w.up_shexp.bytes() + w.down_shexp.bytes());
+    jobs.push_back({w.gate_shexp, w.up_shexp, w.down_shexp, nullptr, n_rows, row, row});
+  }
+  if (!jobs.empty()) run_ffns(jobs, x, xq, xq_fmt, D, s);
+
+  // Each token's expert outputs summed in its top-k order, then (below) the gated shared expert.
+  const float* out = s.out.data();
+  parallel_for(n_rows, [&](int64_t t) {
     float* yt = y + t * D;
     std::memset(yt, 0, D * sizeof(float));
     for (int64_t k = 0; k < K; ++k) {
       const float wk = wts[t * K + k];
-      const float* sl = slots + (t * K + k) * D;
+      const float* sl = out + static_cast<int64_t>(s.slot_row[t * K + k]) * D;
       for (int64_t d = 0; d < D; ++d) yt[d] += wk * sl[d];
     }
-  }
+  });
   prof_exps.done();
   dump("ffn_moe_out", layer, y, {n_rows, D});
 
-  if (c.n_ff_shexp > 0) {
-    TERN_PROFILE(prof_shexp, "moe.shared",
-                 w.gate_shexp.bytes() + w.up_shexp.bytes() + w.down_shexp.bytes() + w.shexp_gate.bytes());
-    const int64_t Fs = c.n_ff_shexp;
-    float* sg = grow(s.sg, n_rows * Fs);
-    float* su = grow(s.su, n_rows * Fs);
-    float* sd = grow(s.sd, n_rows * D);
-    float* gate = grow(s.sgate, n_rows);
-    apply(w.gate_shexp, x, n_rows, sg);
-    apply(w.up_shexp, x, n_rows, su);
-    ops::swiglu(sg, su, sg, n_rows * Fs);
-    apply(w.down_shexp, sg, n_rows, sd);
+  if (shared) {
+    TERN_PROFILE(prof_shexp, "moe.shared", w.shexp_gate.bytes());
+    const float* sd = out + row * D;
     dump("ffn_shexp", layer, sd, {n_rows, D});
+    float* gate = grow(s.sgate, n_rows);
     apply(w.shexp_gate, x, n_rows, gate);
     for (int64_t t = 0; t < n_rows; ++t) {
       const float gt = ops::sigmoid(gate[t]);

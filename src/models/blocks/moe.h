@@ -1,6 +1,8 @@
 // Qwen3.5-MoE FFN (contract section 9): softmax router, top-k renormalised, SwiGLU experts run over the batch's
-// tokens grouped by expert, plus the sigmoid-gated shared expert. Each token's expert outputs are summed in
-// its top-k order, so its result never depends on the other tokens in the batch.
+// tokens grouped by expert, plus the sigmoid-gated shared expert. All experts of a step (and the shared one)
+// run as three parallel passes (gate+up with SwiGLU, down's input quantized, down) over (expert, row chunk)
+// tasks, with the batch's input quantized once. Each token's expert outputs are summed in its top-k order, so
+// its result never depends on the other tokens in the batch or on the thread count.
 #pragma once
 #include <vector>
 
@@ -12,8 +14,9 @@
 namespace tern::models {
 
 struct MoeScratch {
-  std::vector<float> logits, weights, xe, ge, ue, de, slots, sg, su, sd, sgate;
-  std::vector<int32_t> ids;
+  std::vector<float> logits, weights, ge, ue, out, sgate;
+  std::vector<uint8_t> x_q, in_q, down_q;       // quantized activations: the batch, each job's gathered rows, down's input
+  std::vector<int32_t> ids, tokens, slot_row;   // tokens: each job's batch rows; slot_row: (token, k) -> row of out
   std::vector<std::vector<int32_t>> by_expert;  // [n_expert] -> list of token * n_used + slot
   std::vector<int32_t> order;                   // experts to run: resident ones first
 };

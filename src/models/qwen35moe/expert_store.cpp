@@ -18,6 +18,8 @@ ExpertStore::ExpertStore(const Model& model, int64_t slots) : model_(model), slo
   if (slots < 1 || slots > c.n_expert)
     fail("expert cache: %lld slots per layer, expected 1..%lld (the model's expert count)",
          static_cast<long long>(slots), static_cast<long long>(c.n_expert));
+  if (model.repack_scope == RepackScope::kAll)
+    fail("internal: experts repacked at load cannot be streamed (repack with RepackScope::kDense)");
   const std::string& path = model.file->name();
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) fail("%s: cannot open for expert streaming: %s", path.c_str(), std::strerror(errno));
@@ -51,13 +53,28 @@ ExpertStore::~ExpertStore() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+// The views of an expert held in a slot: gate, up and down back to back, each repacked when the model is
+// repacked and the matrix can be (else the file's bytes).
+ExpertMatrices ExpertStore::slot_views(const Model& model, const ExpertMatrices& file, uint8_t* slot) {
+  const bool repack = model.repack_scope != RepackScope::kNone && model.expert_rows_grouped();
+  ExpertMatrices x = file;
+  size_t off = 0;
+  for (Linear* m : {&x.gate, &x.up, &x.down}) {
+    m->repacked = repack && can_repack(*m);
+    m->data = slot + off;
+    off += m->bytes();
+  }
+  return x;
+}
+
 std::vector<size_t> ExpertStore::expert_bytes_per_layer(const Model& model) {
   const Config& c = model.config;
   std::vector<size_t> out;
   for (const LayerWeights& l : model.weights.layers) {
     const MoeWeights& m = l.moe;
-    out.push_back(m.expert_gate(0, c.n_ff_exp).bytes() + m.expert_up(0, c.n_ff_exp).bytes() +
-                  m.expert_down(0, c.n_embd).bytes());
+    const ExpertMatrices x = slot_views(
+        model, {m.expert_gate(0, c.n_ff_exp), m.expert_up(0, c.n_ff_exp), m.expert_down(0, c.n_embd)}, nullptr);
+    out.push_back(x.gate.bytes() + x.up.bytes() + x.down.bytes());
   }
   return out;
 }
@@ -166,26 +183,25 @@ ExpertMatrices ExpertStore::get(int il, int64_t e) {
     stats_.read_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   L.last_use[slot] = ++clock_;
-  // The slot holds gate rows, up rows, down rows back to back: the mapped views with their data moved.
-  ExpertMatrices x = mapped(il, e);
-  uint8_t* p = L.arena.get() + static_cast<size_t>(slot) * L.expert_bytes;
-  x.gate.data = p;
-  x.up.data = p + x.gate.bytes();
-  x.down.data = p + x.gate.bytes() + x.up.bytes();
-  return x;
+  return slot_views(model_, mapped(il, e), L.arena.get() + static_cast<size_t>(slot) * L.expert_bytes);
 }
 
 void ExpertStore::read_expert(int il, int32_t slot, int64_t e) {
   Layer& L = layers_[il];
-  const ExpertMatrices x = mapped(il, e);
-  uint8_t* p = L.arena.get() + static_cast<size_t>(slot) * L.expert_bytes;
-  if (x.up.data == x.gate.data + x.gate.bytes()) {  // fused gate_up: one contiguous range
-    read_exact(p, x.gate.data, x.gate.bytes() + x.up.bytes());
-  } else {
-    read_exact(p, x.gate.data, x.gate.bytes());
-    read_exact(p + x.gate.bytes(), x.up.data, x.up.bytes());
+  const ExpertMatrices file = mapped(il, e);
+  const ExpertMatrices x = slot_views(model_, file, L.arena.get() + static_cast<size_t>(slot) * L.expert_bytes);
+  thread_local std::vector<uint8_t> staging;  // file bytes of a matrix that is repacked into the slot
+  for (auto [src, dst] : {std::pair{&file.gate, &x.gate}, {&file.up, &x.up}, {&file.down, &x.down}}) {
+    if (!dst->repacked) {
+      read_exact(const_cast<uint8_t*>(dst->data), src->data, src->bytes());
+      continue;
+    }
+    if (staging.size() < src->bytes()) staging.resize(src->bytes());
+    read_exact(staging.data(), src->data, src->bytes());
+    Linear staged = *src;
+    staged.data = staging.data();
+    repack_into(staged, const_cast<uint8_t*>(dst->data), false);
   }
-  read_exact(p + x.gate.bytes() + x.up.bytes(), x.down.data, x.down.bytes());
 }
 
 void ExpertStore::reader_loop() {

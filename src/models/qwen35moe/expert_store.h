@@ -3,7 +3,8 @@
 //  - streamed: each MoE layer owns `slots` expert-sized buffers, filled on demand with pread from the GGUF and
 //    evicted least-recently-used. Expert pages of the mapping are then never touched, so the process's
 //    memory is the dense weights + state + buffers + these slots, whatever the file's size.
-// Both modes hand the kernels the same bytes, so outputs are identical at every cache size (tested).
+// Both modes hand the kernels the same matrices, so outputs are identical at every cache size (tested). When the
+// model is repacked (Model::repack), a streamed expert is repacked as it is read into its slot.
 // Reads overlap compute: once a layer's routing is known, prefetch() hands the missing experts (as many as
 // the cache can take beside the resident ones the step needs) to a reader thread, and the MoE block runs the
 // resident experts meanwhile; get() waits only for a read still in flight.
@@ -54,8 +55,8 @@ class ExpertStore {
   void prefetch(int il, const int32_t* experts, int64_t n, const int32_t* keep, int64_t n_keep);
   const ExpertCacheStats& stats() const { return stats_; }
 
-  // Bytes of one expert (gate + up + down) in each layer, and of `slots` such buffers over all layers: the
-  // memory planner's figures, computed from the weights alone.
+  // Bytes of one expert (gate + up + down) in each layer as a slot holds it (repacked when the model is), and of
+  // `slots` such buffers over all layers: the memory planner's figures, computed from the weights alone.
   static std::vector<size_t> expert_bytes_per_layer(const Model& model);
   static size_t cache_bytes(const Model& model, int64_t slots);
 
@@ -77,6 +78,7 @@ class ExpertStore {
     int64_t e;
   };
   ExpertMatrices mapped(int il, int64_t e) const;
+  static ExpertMatrices slot_views(const Model& model, const ExpertMatrices& file, uint8_t* slot);
   int32_t victim(int il, uint64_t protect_from);  // LRU slot not in flight, not fresh, not used since protect_from
   int32_t claim(int il, int64_t e, int32_t slot); // assigns expert e to slot (evicting its owner), counts a miss
   void read_expert(int il, int32_t slot, int64_t e);  // on the calling thread

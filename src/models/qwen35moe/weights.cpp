@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "quant/convert.h"
 #include "quant/kernels.h"
+#include "quant/repack.h"
 
 namespace tern::models::qwen35moe {
 
@@ -160,6 +161,75 @@ Weights Weights::load(const gguf::File& f, const Config& c) {
                 w.unused.front().c_str());
   }
   return w;
+}
+
+namespace {
+
+bool expert_rows_grouped(const Config& c) {
+  return c.n_ff_exp % quant::kRepackRows == 0 && c.n_embd % quant::kRepackRows == 0;
+}
+
+bool is_expert_tensor(std::string_view name) { return name.find("_exps.") != std::string_view::npos; }
+
+}  // namespace
+
+uint64_t resident_tensor_bytes(const gguf::TensorInfo& t, const Config& c, bool repack, bool repack_experts) {
+  // Matrices of at least one 8-row group; a lone row (the shared expert's gate) stays as it is.
+  const bool matrix = t.ne[1] * t.ne[2] * t.ne[3] >= quant::kRepackRows && t.name != "token_embd.weight";
+  const bool expert = is_expert_tensor(t.name);
+  if (!repack || !matrix || !quant::has_repacked(t.type) || (expert && (!repack_experts || !expert_rows_grouped(c))))
+    return t.n_bytes;
+  return quant::repacked_bytes(t.type, t.ne[1] * t.ne[2] * t.ne[3], t.ne[0]);
+}
+
+uint64_t repack_extra_bytes(const gguf::File& f, const Config& c, bool repack) {
+  if (!repack || f.find_tensor("output.weight")) return 0;
+  const gguf::TensorInfo* e = f.find_tensor("token_embd.weight");
+  return e && quant::has_repacked(e->type) ? quant::repacked_bytes(e->type, e->ne[1], e->ne[0]) : 0;
+}
+
+bool Model::expert_rows_grouped() const { return qwen35moe::expert_rows_grouped(config); }
+
+RepackReport Model::repack(RepackScope scope) {
+  RepackReport rep;
+  if (repack_scope != RepackScope::kNone) fail("internal: model repacked twice");
+  repack_scope = scope;
+  if (scope == RepackScope::kNone) return rep;
+  auto one = [&](Linear& w, bool drop_source) {
+    if (!w.present() || w.repacked) return;
+    if (w.n_out < quant::kRepackRows) return;  // as resident_tensor_bytes: a lone row stays as it is
+    if (!can_repack(w)) {
+      if (w.type != quant::Type::F32) rep.kept.push_back(w.name + " (" + quant::type_name(w.type) + ": no repacked layout)");
+      return;
+    }
+    AnonBuffer buf(repacked_bytes(w));
+    const Linear src = w;
+    w = repack_into(src, buf.data(), true);
+    repacked.push_back(std::move(buf));
+    ++rep.matrices;
+    rep.bytes += w.bytes();
+    if (drop_source) {
+      rep.file_bytes += src.bytes();
+      drop_pages(src.data, src.bytes());
+    }
+  };
+  if (weights.tied_output) {
+    one(weights.output, false);  // its own copy: the embedding lookup keeps reading the file layout
+  } else {
+    one(weights.output, true);
+  }
+  const bool experts = scope == RepackScope::kAll && qwen35moe::expert_rows_grouped(config);
+  if (scope == RepackScope::kAll && !qwen35moe::expert_rows_grouped(config))
+    rep.kept.push_back("routed experts (n_ff_exp or n_embd not a multiple of 8 rows)");
+  for (LayerWeights& l : weights.layers) {
+    for (Linear* w : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.dn.wqkv, &l.dn.wgate, &l.dn.wbeta,
+                      &l.dn.walpha, &l.dn.wout, &l.moe.gate_shexp, &l.moe.up_shexp, &l.moe.down_shexp,
+                      &l.moe.shexp_gate})
+      one(*w, true);
+    if (experts)
+      for (Linear* w : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) one(*w, true);
+  }
+  return rep;
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path) {

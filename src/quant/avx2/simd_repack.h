@@ -1,0 +1,270 @@
+// 256-bit repacked (x8) gemm kernels, shared by the AVX2 and AVX-512 translation units: one 32-byte vector
+// holds the same 4-byte piece of 8 rows, the activation's matching 4 bytes are broadcast, and u8 x s8 products
+// land in one int32 lane per row (no horizontal sums). AVX-512 (Ops::kVnni) sums with vpdpbusd; AVX2 with
+// maddubs into int16 (bounded: see each kernel) and one madd. Integer sums are exact, the float steps are the
+// ref's (repack.h), so every ISA gives the ref's bits. Internal linkage: each ISA's unit keeps its own copy.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/kernels_impl.h"
+#include "quant/repack.h"
+#include "quant/repack_impl.h"
+
+namespace tern::quant {
+namespace {
+namespace x8k {
+
+constexpr int kTile = 4;  // tokens per weight decode (register budget: 16 ymm)
+constexpr int kPrefetch = 1024;  // bytes ahead of the current block
+
+inline __m256i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+inline __m256i load(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256 load_h8(const uint8_t* p) {  // 8 fp16 -> 8 f32
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i b8(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
+inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+
+// 8 per-row 8-bit scales -> lanes (s, s) of int16, the multiplier madd needs. Unsigned (K4) or signed (Q6_K).
+inline __m256i dup_u8(const uint8_t* p) {
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+inline __m256i dup_i8(const uint8_t* p) {
+  const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+}
+
+// Sums of u8 x s8 products per row lane. AVX2: maddubs pairs accumulated in int16 (the caller bounds how many),
+// widened by madd; VNNI: dpbusd straight into int32.
+template <class Ops>
+struct Acc {
+  __m256i v = _mm256_setzero_si256();
+  void add(__m256i u, __m256i s) {
+    if constexpr (Ops::kVnni) v = Ops::dpbusd(v, u, s);
+    else v = _mm256_add_epi16(v, _mm256_maddubs_epi16(u, s));
+  }
+  __m256i i32() const {
+    if constexpr (Ops::kVnni) return v;
+    else return _mm256_madd_epi16(v, _mm256_set1_epi16(1));
+  }
+  // int32 lanes of sum * scale, where `sc` holds (s, s) int16 pairs; AVX2 only keeps int16 partial sums.
+  __m256i scaled(__m256i sc) const {
+    if constexpr (Ops::kVnni) return _mm256_mullo_epi32(v, _mm256_srai_epi32(_mm256_slli_epi32(sc, 16), 16));
+    else return _mm256_madd_epi16(v, sc);
+  }
+};
+
+// ---- Q4_0: 4 pieces of 8 nibble pairs per block; int16 sums of 8 maddubs stay <= 8 * 2 * 15 * 127 = 30480.
+template <class Ops, int NT>
+void q4_0(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
+  const __m256i m4 = b8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, g += x8::kQ4_0_block) {
+    prefetch(g + kPrefetch), prefetch(g + kPrefetch + 64), prefetch(g + kPrefetch + 128);
+    const __m256 dw = load_h8(g);
+    Acc<Ops> s[NT];
+    for (int k = 0; k < 4; ++k) {
+      const __m256i raw = load(g + x8::kQ4_0_qs + 32 * k);
+      const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      for (int t = 0; t < NT; ++t) {
+        const auto* x = reinterpret_cast<const BlockQ8_0S*>(xr[t]) + b;
+        s[t].add(lo, bcast4(x->qs + 4 * k));
+        s[t].add(hi, bcast4(x->qs + 16 + 4 * k));
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const auto* x = reinterpret_cast<const BlockQ8_0S*>(xr[t]) + b;
+      const __m256i isum = _mm256_sub_epi32(s[t].i32(), _mm256_set1_epi32(8 * x->s));
+      const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(x->d)));
+      acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[t]);
+    }
+  }
+}
+
+// ---- Q8_0: signed weights; |w| as u8 with the sign moved onto the activation (pairs <= 2 * 128 * 127).
+template <class Ops, int NT>
+void q8_0(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
+  for (int64_t b = 0; b < nb; ++b, g += x8::kQ8_0_block) {
+    for (int l = 0; l < 5; ++l) prefetch(g + kPrefetch + 64 * l);
+    const __m256 dw = load_h8(g);
+    __m256i s[NT];
+    for (int t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i w = load(g + x8::kQ8_0_qs + 32 * k);
+      const __m256i u = _mm256_sign_epi8(w, w);
+      for (int t = 0; t < NT; ++t) {
+        const auto* x = reinterpret_cast<const BlockQ8_0S*>(xr[t]) + b;
+        const __m256i xs = _mm256_sign_epi8(bcast4(x->qs + 4 * k), w);
+        if constexpr (Ops::kVnni) s[t] = Ops::dpbusd(s[t], u, xs);
+        else s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xs), _mm256_set1_epi16(1)));
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const auto* x = reinterpret_cast<const BlockQ8_0S*>(xr[t]) + b;
+      const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(x->d)));
+      acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s[t]), acc[t]);
+    }
+  }
+}
+
+// ---- Q4_K / Q5_K: per sub-block of 32 (8 pieces), int16 sums of 8 maddubs (Q4_K: <= 30480) or of 4 (Q5_K,
+// values to 31: <= 4 * 2 * 31 * 127 = 31496), then madd with the sub-block's scale.
+template <class Ops, int NT, bool kQ5>
+void k4(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
+  constexpr size_t kBlock = kQ5 ? x8::kQ5_K_block : x8::kQ4_K_block;
+  constexpr size_t kQs = kQ5 ? x8::kQ5_K_qs : x8::kQ4_K_qs;
+  const __m256i m4 = b8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, g += kBlock) {
+    __m256i isum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    for (int sub = 0; sub < 8; ++sub) {
+      const int j = sub >> 1, shift = 4 * (sub & 1);
+      const __m256i sc = dup_u8(g + x8::kQ4_K_sc + 8 * sub);
+      for (int half = 0; half < (kQ5 ? 2 : 1); ++half) {
+        const int k0 = kQ5 ? 4 * half : 0, k1 = kQ5 ? k0 + 4 : 8;
+        Acc<Ops> s[NT];
+        for (int k = k0; k < k1; ++k) {
+          const uint8_t* p = g + kQs + 32 * (8 * j + k);
+          prefetch(p + kPrefetch);
+          __m256i q = _mm256_and_si256(_mm256_srli_epi16(load(p), shift), m4);
+          if constexpr (kQ5) {
+            const __m256i qh = load(g + x8::kQ5_K_qh + 32 * k);
+            q = _mm256_or_si256(q, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, sub), 4), b8(0x10)));
+          }
+          for (int t = 0; t < NT; ++t)
+            s[t].add(q, bcast4(reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 32 * sub + 4 * k));
+        }
+        for (int t = 0; t < NT; ++t) isum[t] = _mm256_add_epi32(isum[t], s[t].scaled(sc));
+      }
+    }
+    const __m256 d = load_h8(g), dmin = load_h8(g + x8::kQ4_K_dmin);
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_K& x = reinterpret_cast<const BlockQ8_K*>(xr[t])[b];
+      __m256i msum = _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) {
+        const __m256i mn = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + x8::kQ4_K_mn + 16 * p)));
+        const int32_t lo = x.bsums[4 * p] + x.bsums[4 * p + 1], hi = x.bsums[4 * p + 2] + x.bsums[4 * p + 3];
+        const __m256i bs = _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(hi) << 16) | (lo & 0xFFFF)));
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn, bs));
+      }
+      const __m256 dx = _mm256_set1_ps(x.d);
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum), acc[t]);
+    }
+  }
+}
+
+// ---- Q6_K: for half h and piece k, four vectors a/b/c/d (elements 128h + 32q + 4k + i, q = 0..3) of values to
+// 63; each maddubs is widened at once by madd with its 16-element sub-block's scale (pairs <= 2 * 63 * 127).
+// The -32 offset: sc_j * (-16 bsum_j) twice per lane, so every int16 stays in range (16 * 2032 < 32768).
+template <class Ops, int NT>
+void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
+  const __m256i m4 = b8(0x0F), m30 = b8(0x30);
+  for (int64_t b = 0; b < nb; ++b, g += x8::kQ6_K_block) {
+    __m256i isum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h)
+      for (int kh = 0; kh < 2; ++kh) {
+        __m256i sc[4];
+        for (int q = 0; q < 4; ++q) {
+          const int j = 8 * h + 2 * q + kh;  // sub-block of elements 128h + 32q + 16kh ..
+          sc[q] = dup_i8(g + x8::kQ6_K_sc + 8 * j);
+          for (int t = 0; t < NT; ++t) {
+            const int32_t m16 = -16 * reinterpret_cast<const BlockQ8_K*>(xr[t])[b].bsums[j];
+            const __m256i bs = _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(m16) << 16) | (m16 & 0xFFFF)));
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(sc[q], bs));
+          }
+        }
+        for (int k = 4 * kh; k < 4 * kh + 4; ++k) {
+          const uint8_t* pl = g + x8::kQ6_K_ql + 32 * (16 * h + k);
+          const uint8_t* ph = g + x8::kQ6_K_qh + 32 * (8 * h + k);
+          prefetch(pl + kPrefetch), prefetch(ph + kPrefetch);
+          const __m256i ql0 = load(pl), ql1 = load(pl + 32 * 8), qh = load(ph);
+          __m256i v[4];
+          v[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+          v[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+          v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+          v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                 _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* xq = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 4 * k;
+            for (int q = 0; q < 4; ++q)
+              isum[t] = _mm256_add_epi32(
+                  isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(v[q], bcast4(xq + 32 * q)), sc[q]));
+          }
+        }
+      }
+    const __m256 d = load_h8(g);
+    for (int t = 0; t < NT; ++t) {
+      const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(reinterpret_cast<const BlockQ8_K*>(xr[t])[b].d));
+      acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
+  }
+}
+
+template <class Ops, int NT, Type kW>
+void group(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
+  if constexpr (kW == Type::Q4_0) q4_0<Ops, NT>(g, nb, xr, acc);
+  else if constexpr (kW == Type::Q8_0) q8_0<Ops, NT>(g, nb, xr, acc);
+  else if constexpr (kW == Type::Q4_K) k4<Ops, NT, false>(g, nb, xr, acc);
+  else if constexpr (kW == Type::Q5_K) k4<Ops, NT, true>(g, nb, xr, acc);
+  else q6_k<Ops, NT>(g, nb, xr, acc);
+}
+
+// Token tiles outer (their activations stay in L1 across the groups of a call), groups inner. Every
+// (row, token) runs the same instruction sequence whatever tile it falls in.
+template <class Ops, Type kW>
+void drive(const RepackArgs& a) {
+  for (int64_t t0 = 0; t0 < a.n_tok; t0 += kTile) {
+    const int nt = a.n_tok - t0 < kTile ? static_cast<int>(a.n_tok - t0) : kTile;
+    const uint8_t* xr[kTile];
+    for (int k = 0; k < nt; ++k) xr[k] = a.x + (t0 + k) * a.x_stride;
+    for (int64_t gi = a.g_begin; gi < a.g_end; ++gi) {
+      const uint8_t* g = a.w + gi * a.group_bytes;
+      __m256 acc[kTile];
+      for (int k = 0; k < kTile; ++k) acc[k] = _mm256_setzero_ps();
+      switch (nt) {
+        case 1: group<Ops, 1, kW>(g, a.n_blocks, xr, acc); break;
+        case 2: group<Ops, 2, kW>(g, a.n_blocks, xr, acc); break;
+        case 3: group<Ops, 3, kW>(g, a.n_blocks, xr, acc); break;
+        default: group<Ops, 4, kW>(g, a.n_blocks, xr, acc); break;
+      }
+      const int64_t r0 = gi * kRepackRows;
+      const int64_t valid = a.n_rows - r0 < kRepackRows ? a.n_rows - r0 : kRepackRows;
+      for (int k = 0; k < nt; ++k) {
+        float* y = a.y + (t0 + k) * a.ldy + r0;
+        if (valid == kRepackRows) {
+          _mm256_storeu_ps(y, acc[k]);
+        } else {
+          alignas(32) float tmp[kRepackRows];
+          _mm256_store_ps(tmp, acc[k]);
+          for (int64_t r = 0; r < valid; ++r) y[r] = tmp[r];
+        }
+      }
+    }
+  }
+}
+
+template <class Ops>
+RepackFn lookup(Type w) {
+  switch (w) {
+    case Type::Q4_0: return &drive<Ops, Type::Q4_0>;
+    case Type::Q8_0: return &drive<Ops, Type::Q8_0>;
+    case Type::Q4_K: return &drive<Ops, Type::Q4_K>;
+    case Type::Q5_K: return &drive<Ops, Type::Q5_K>;
+    case Type::Q6_K: return &drive<Ops, Type::Q6_K>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace x8k
+}  // namespace
+}  // namespace tern::quant

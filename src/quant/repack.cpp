@@ -1,0 +1,245 @@
+// Repacked (x8) weights: layout conversion both ways, the activation format, argument checks and dispatch.
+#include "quant/repack.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/parallel.h"
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+#include "quant/kernels_impl.h"
+#include "quant/repack_impl.h"
+
+namespace tern::quant {
+namespace {
+
+using namespace x8;
+
+// Q4_K / Q5_K 12-byte scale field <-> 8 scales and 8 mins of 6 bits (ggml get_scale_min_k4 and its inverse;
+// all 96 bits are used, so the round trip is exact).
+void unpack_k4_scales(const uint8_t* q, uint8_t sc[8], uint8_t mn[8]) {
+  for (int j = 0; j < 8; ++j) {
+    int32_t s, m;
+    detail::scale_min_k4(j, q, &s, &m);
+    sc[j] = static_cast<uint8_t>(s), mn[j] = static_cast<uint8_t>(m);
+  }
+}
+void pack_k4_scales(const uint8_t sc[8], const uint8_t mn[8], uint8_t* q) {
+  for (int j = 0; j < 4; ++j) {
+    q[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    q[j + 4] = static_cast<uint8_t>((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+    q[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+  }
+}
+
+void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+uint16_t get16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Copies `n_pieces` 4-byte pieces of one row's block (src, at src_off) into piece slots of a group block.
+// to_group: src row bytes -> group; else group -> row bytes.
+void pieces(bool to_group, uint8_t* row, size_t row_off, uint8_t* grp, size_t grp_off, int n_pieces, int r) {
+  for (int k = 0; k < n_pieces; ++k) {
+    uint8_t* g = grp + grp_off + (static_cast<size_t>(k) * kRepackRows + r) * 4;
+    uint8_t* s = row + row_off + 4 * k;
+    if (to_group) std::memcpy(g, s, 4);
+    else std::memcpy(s, g, 4);
+  }
+}
+
+// One row's block <-> its slot r in a group block. `row` is the file-layout block (to_group: read from it).
+void convert_block(Type w, bool to_group, uint8_t* row, uint8_t* grp, int r) {
+  switch (w) {
+    case Type::Q4_0: {
+      auto* b = reinterpret_cast<BlockQ4_0*>(row);
+      if (to_group) put16(grp + 2 * r, b->d);
+      else b->d = get16(grp + 2 * r);
+      pieces(to_group, b->qs, 0, grp, kQ4_0_qs, 4, r);
+      break;
+    }
+    case Type::Q8_0: {
+      auto* b = reinterpret_cast<BlockQ8_0*>(row);
+      if (to_group) put16(grp + 2 * r, b->d);
+      else b->d = get16(grp + 2 * r);
+      pieces(to_group, reinterpret_cast<uint8_t*>(b->qs), 0, grp, kQ8_0_qs, 8, r);
+      break;
+    }
+    case Type::Q4_K: case Type::Q5_K: {
+      // BlockQ4_K and BlockQ5_K share d, dmin, scales; Q5_K adds qh before qs.
+      const bool q5 = w == Type::Q5_K;
+      uint16_t* d = reinterpret_cast<uint16_t*>(row);
+      uint8_t* scales = row + 4;
+      uint8_t* qh = q5 ? row + 4 + kKScaleSize : nullptr;
+      uint8_t* qs = row + 4 + kKScaleSize + (q5 ? kQK_K / 8 : 0);
+      uint8_t sc[8], mn[8];
+      if (to_group) {
+        put16(grp + 2 * r, d[0]), put16(grp + kQ4_K_dmin + 2 * r, d[1]);
+        unpack_k4_scales(scales, sc, mn);
+        for (int j = 0; j < 8; ++j) grp[kQ4_K_sc + 8 * j + r] = sc[j];
+        for (int p = 0; p < 4; ++p)
+          grp[kQ4_K_mn + 16 * p + 2 * r] = mn[2 * p], grp[kQ4_K_mn + 16 * p + 2 * r + 1] = mn[2 * p + 1];
+      } else {
+        d[0] = get16(grp + 2 * r), d[1] = get16(grp + kQ4_K_dmin + 2 * r);
+        for (int j = 0; j < 8; ++j) sc[j] = grp[kQ4_K_sc + 8 * j + r];
+        for (int p = 0; p < 4; ++p)
+          mn[2 * p] = grp[kQ4_K_mn + 16 * p + 2 * r], mn[2 * p + 1] = grp[kQ4_K_mn + 16 * p + 2 * r + 1];
+        pack_k4_scales(sc, mn, scales);
+      }
+      if (q5) pieces(to_group, qh, 0, grp, kQ5_K_qh, 8, r);
+      pieces(to_group, qs, 0, grp, q5 ? kQ5_K_qs : kQ4_K_qs, 32, r);  // [j][k] = piece 8j + k = bytes 32j + 4k
+      break;
+    }
+    case Type::Q6_K: {
+      auto* b = reinterpret_cast<BlockQ6_K*>(row);
+      if (to_group) put16(grp + 2 * r, b->d);
+      else b->d = get16(grp + 2 * r);
+      for (int j = 0; j < 16; ++j) {
+        uint8_t* g = grp + kQ6_K_sc + 8 * j + r;
+        uint8_t* s = reinterpret_cast<uint8_t*>(&b->scales[j]);
+        if (to_group) *g = *s;
+        else *s = *g;
+      }
+      pieces(to_group, b->ql, 0, grp, kQ6_K_ql, 32, r);  // [h][p][k] = piece 16h + 8p + k = bytes 64h + 32p + 4k
+      pieces(to_group, b->qh, 0, grp, kQ6_K_qh, 16, r);  // [h][k] = piece 8h + k = bytes 32h + 4k
+      break;
+    }
+    default: fail("internal: no x8 layout for %s", type_name(w));
+  }
+}
+
+void check_repacked(Type w, int64_t n_in, const char* what) {
+  if (!has_repacked(w))
+    fail("%s: weight type %s has no repacked layout (repacked: q4_0 q8_0 q4_K q5_K q6_K)", what, type_name(w));
+  const int64_t bs = traits(w).block_size;
+  if (n_in <= 0 || n_in % bs != 0)
+    fail("%s: row length %lld is not a positive multiple of %s's block size %lld", what,
+         static_cast<long long>(n_in), type_name(w), static_cast<long long>(bs));
+}
+
+RepackFn repack_fn(Type w, Isa isa) {
+  switch (isa) {
+    case Isa::kRef: return repack_fn_ref(w);
+    case Isa::kAvx2: return repack_fn_avx2(w);
+    case Isa::kAvx512: return repack_fn_avx512(w);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool has_repacked(Type w) {
+  return w == Type::Q4_0 || w == Type::Q8_0 || w == Type::Q4_K || w == Type::Q5_K || w == Type::Q6_K;
+}
+
+size_t repacked_block_bytes(Type w) {
+  switch (w) {
+    case Type::Q4_0: return kQ4_0_block;
+    case Type::Q8_0: return kQ8_0_block;
+    case Type::Q4_K: return kQ4_K_block;
+    case Type::Q5_K: return kQ5_K_block;
+    case Type::Q6_K: return kQ6_K_block;
+    default: return 0;
+  }
+}
+
+size_t repacked_bytes(Type w, int64_t n_rows, int64_t n_in) {
+  check_repacked(w, n_in, "repacked_bytes");
+  const int64_t groups = (n_rows + kRepackRows - 1) / kRepackRows;
+  return static_cast<size_t>(groups) * static_cast<size_t>(n_in / traits(w).block_size) * repacked_block_bytes(w);
+}
+
+void repack(Type w, const void* src, size_t src_row_stride, int64_t n_rows, int64_t n_in, void* dst) {
+  check_repacked(w, n_in, "repack");
+  const size_t tsize = traits(w).type_size, gb = repacked_block_bytes(w);
+  const int64_t nb = n_in / traits(w).block_size, groups = (n_rows + kRepackRows - 1) / kRepackRows;
+  if (src_row_stride < row_size(traits(w), n_in)) fail("repack: row stride %zu too short", src_row_stride);
+  std::vector<uint8_t> zero(tsize, 0), tmp(tsize);
+  for (int64_t g = 0; g < groups; ++g) {
+    uint8_t* out = static_cast<uint8_t*>(dst) + static_cast<size_t>(g * nb) * gb;
+    for (int64_t b = 0; b < nb; ++b)
+      for (int r = 0; r < kRepackRows; ++r) {
+        const int64_t row = g * kRepackRows + r;
+        const uint8_t* s = row < n_rows
+                               ? static_cast<const uint8_t*>(src) + row * src_row_stride + b * tsize
+                               : zero.data();
+        std::memcpy(tmp.data(), s, tsize);  // convert_block takes a writable block for both directions
+        convert_block(w, true, tmp.data(), out + b * gb, r);
+      }
+  }
+}
+
+void unpack_row(Type w, const void* packed, int64_t n_in, int64_t row, void* dst) {
+  check_repacked(w, n_in, "unpack_row");
+  const size_t tsize = traits(w).type_size, gb = repacked_block_bytes(w);
+  const int64_t nb = n_in / traits(w).block_size, g = row / kRepackRows;
+  const int r = static_cast<int>(row % kRepackRows);
+  const uint8_t* in = static_cast<const uint8_t*>(packed) + static_cast<size_t>(g * nb) * gb;
+  for (int64_t b = 0; b < nb; ++b)
+    convert_block(w, false, static_cast<uint8_t*>(dst) + b * tsize, const_cast<uint8_t*>(in + b * gb), r);
+}
+
+size_t repacked_act_row_bytes(Type w, int64_t n) {
+  check_repacked(w, n, "repacked_act_row_bytes");
+  return act_type(w) == Type::Q8_K ? act_row_bytes(w, n) : static_cast<size_t>(n / kQK) * sizeof(BlockQ8_0S);
+}
+
+void quantize_act_repacked(Type w, const float* x, void* xq, int64_t n, Isa isa) {
+  check_repacked(w, n, "quantize_act_repacked");
+  if (act_type(w) == Type::Q8_K) return quantize_act(w, x, xq, n, isa);
+  // Q8_0 blocks (the same bytes quantize_act writes), then their exact quant sums.
+  thread_local std::vector<BlockQ8_0> tmp;
+  if (tmp.size() < static_cast<size_t>(n / kQK)) tmp.resize(static_cast<size_t>(n / kQK));
+  quantize_act(Type::Q8_0, x, tmp.data(), n, isa);
+  auto* out = static_cast<BlockQ8_0S*>(xq);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    int s = 0;
+    for (int j = 0; j < kQK; ++j) s += tmp[b].qs[j];
+    out[b].d = tmp[b].d;
+    out[b].s = static_cast<int16_t>(s);
+    std::memcpy(out[b].qs, tmp[b].qs, kQK);
+  }
+}
+
+void gemm_repacked(Type w, const void* packed, int64_t n_rows, int64_t n_in, const void* xq, size_t xq_stride,
+                   int64_t g_begin, int64_t g_end, int64_t n_tok, float* y, int64_t ldy, Isa isa) {
+  check_repacked(w, n_in, "gemm_repacked");
+  if (!isa_supported(isa))
+    fail("gemm_repacked: ISA %s requested but this CPU lacks it (has: %s)", isa_name(isa),
+         cpu_features().summary().c_str());
+  const int64_t groups = (n_rows + kRepackRows - 1) / kRepackRows;
+  if (n_rows <= 0 || g_begin < 0 || g_end < g_begin || g_end > groups || n_tok < 0 || (n_tok > 1 && ldy < n_rows))
+    fail("gemm_repacked: bad ranges groups [%lld, %lld) of %lld, n_tok %lld, ldy %lld",
+         static_cast<long long>(g_begin), static_cast<long long>(g_end), static_cast<long long>(groups),
+         static_cast<long long>(n_tok), static_cast<long long>(ldy));
+  if (xq_stride < repacked_act_row_bytes(w, n_in)) fail("gemm_repacked: activation stride %zu too short", xq_stride);
+  if (g_end == g_begin || n_tok == 0) return;
+  const RepackFn fn = repack_fn(w, isa);
+  if (!fn) fail("internal: no %s repacked gemm for %s", isa_name(isa), type_name(w));
+  const int64_t nb = n_in / traits(w).block_size;
+  fn(RepackArgs{static_cast<const uint8_t*>(packed), static_cast<size_t>(nb) * repacked_block_bytes(w), nb,
+                static_cast<const uint8_t*>(xq), xq_stride, g_begin, g_end, n_rows, n_tok, y, ldy});
+}
+
+void matmul_repacked(Type w, const void* packed, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
+                     float* y, Isa isa) {
+  static_assert(kMatmulRowChunk % kRepackRows == 0);
+  if (n_out <= 0 || n_tok <= 0) return;
+  const size_t stride = repacked_act_row_bytes(w, n_in);
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < stride * n_tok) scratch.resize(stride * n_tok);
+  uint8_t* xq = scratch.data();
+  for (int64_t t = 0; t < n_tok; ++t) quantize_act_repacked(w, x + t * n_in, xq + t * stride, n_in, isa);
+  const int64_t groups = (n_out + kRepackRows - 1) / kRepackRows, per = kMatmulRowChunk / kRepackRows;
+  const int64_t n_chunks = (groups + per - 1) / per;
+  parallel_for(n_chunks, [&](int64_t c) {
+    gemm_repacked(w, packed, n_out, n_in, xq, stride, c * per, std::min(groups, c * per + per), n_tok, y, n_out, isa);
+  });
+}
+
+}  // namespace tern::quant
