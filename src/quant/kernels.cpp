@@ -125,11 +125,12 @@ void quantize_act(Type w, const float* x, void* xq, int64_t n, Isa isa) {
 }
 
 void gemm(Type w, const void* W, size_t w_row_stride, const void* xq, size_t xq_row_stride, int64_t n_in,
-          int64_t row_begin, int64_t row_end, int64_t n_tok, float* y, int64_t ldy, Isa isa) {
+          int64_t row_begin, int64_t row_end, int64_t n_tok, float* y, int64_t ldy, Isa isa,
+          const int32_t* x_rows, int64_t y_col0) {
   check_isa(isa, "gemm");
   check_type(w, "gemm");
   check_n(w, n_in, "gemm");
-  if (row_begin < 0 || row_end < row_begin || n_tok < 0 || (n_tok > 1 && ldy < row_end))
+  if (row_begin < y_col0 || row_end < row_begin || n_tok < 0 || (n_tok > 1 && ldy < row_end - y_col0))
     fail("gemm: bad ranges rows [%lld, %lld), n_tok %lld, ldy %lld", static_cast<long long>(row_begin),
          static_cast<long long>(row_end), static_cast<long long>(n_tok), static_cast<long long>(ldy));
   if (w_row_stride < row_size(traits(w), n_in) || xq_row_stride < act_row_bytes(w, n_in))
@@ -138,7 +139,7 @@ void gemm(Type w, const void* W, size_t w_row_stride, const void* xq, size_t xq_
   if (row_end == row_begin || n_tok == 0) return;
   const GemmFn fn = gemm_fn(w, isa);
   if (!fn) fail("internal: no %s gemm for %s", isa_name(isa), type_name(w));
-  fn(GemmArgs{W, w_row_stride, xq, xq_row_stride, n_in, row_begin, row_end, n_tok, y, ldy});
+  fn(GemmArgs{W, w_row_stride, xq, xq_row_stride, n_in, row_begin, row_end, n_tok, y, ldy, x_rows, y_col0});
 }
 
 void matmul(Type w, const void* W, size_t w_row_stride, int64_t n_out, int64_t n_in, const float* x,
@@ -155,7 +156,7 @@ void matmul(Type w, const void* W, size_t w_row_stride, int64_t n_out, int64_t n
     xq_stride = act_row_bytes(w, n_in);
     if (scratch.size() < xq_stride * n_tok) scratch.resize(xq_stride * n_tok);
     uint8_t* buf = scratch.data();
-    for (int64_t t = 0; t < n_tok; ++t) quantize_act(w, x + t * n_in, buf + t * xq_stride, n_in, isa);
+    parallel_for(n_tok, [&](int64_t t) { quantize_act(w, x + t * n_in, buf + t * xq_stride, n_in, isa); });
     xq = buf;
   }
   const GemmFn fn = gemm_fn(w, isa);

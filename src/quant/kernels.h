@@ -28,8 +28,11 @@ void quantize_act(Type w, const float* x, void* xq, int64_t n, Isa isa);
 // y[t*ldy + i] = dot(W row i, xq row t) for i in [row_begin, row_end), t in [0, n_tok).
 // W: rows of w_row_stride bytes, type w, n_in elements each; xq: n_tok rows of xq_row_stride bytes made by
 // quantize_act (for float weight types: plain f32 rows). Other elements of y are not touched.
+// x_rows: token t reads xq row x_rows[t] instead of row t (a subset of a batch without copying it); y_col0:
+// output row i lands at y[t*ldy + i - y_col0] (a chunk of rows into its own buffer).
 void gemm(Type w, const void* W, size_t w_row_stride, const void* xq, size_t xq_row_stride, int64_t n_in,
-          int64_t row_begin, int64_t row_end, int64_t n_tok, float* y, int64_t ldy, Isa isa);
+          int64_t row_begin, int64_t row_end, int64_t n_tok, float* y, int64_t ldy, Isa isa,
+          const int32_t* x_rows = nullptr, int64_t y_col0 = 0);
 
 // y: [n_tok, n_out] = x: [n_tok, n_in] f32 times W^T (W: [n_out, n_in] rows of w_row_stride bytes).
 // Quantizes x into a thread-local scratch buffer (reused across calls) and splits output rows across

@@ -18,8 +18,10 @@ struct GemmArgs {
   size_t x_stride;
   int64_t n_in;
   int64_t row_begin, row_end, n_tok;
-  float* y;           // y[t*ldy + i]
+  float* y;           // y[t*ldy + i - y_col0]
   int64_t ldy;
+  const int32_t* x_rows = nullptr;  // token t reads activation row x_rows[t] (nullptr: row t)
+  int64_t y_col0 = 0;
 };
 
 using GemmFn = void (*)(const GemmArgs&);

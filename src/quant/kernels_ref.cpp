@@ -185,9 +185,9 @@ float dot_kquant(const void* w_row, const void* x_row, int64_t n) {
 template <float (*Dot)(const void*, const void*, int64_t)>
 void gemm_ref(const GemmArgs& a) {
   for (int64_t t = 0; t < a.n_tok; ++t) {
-    const uint8_t* xr = static_cast<const uint8_t*>(a.x) + t * a.x_stride;
+    const uint8_t* xr = static_cast<const uint8_t*>(a.x) + (a.x_rows ? a.x_rows[t] : t) * a.x_stride;
     for (int64_t i = a.row_begin; i < a.row_end; ++i)
-      a.y[t * a.ldy + i] = Dot(static_cast<const uint8_t*>(a.w) + i * a.w_stride, xr, a.n_in);
+      a.y[t * a.ldy + i - a.y_col0] = Dot(static_cast<const uint8_t*>(a.w) + i * a.w_stride, xr, a.n_in);
   }
 }
 

@@ -207,13 +207,16 @@ void quantize_act_repacked(Type w, const float* x, void* xq, int64_t n, Isa isa)
 }
 
 void gemm_repacked(Type w, const void* packed, int64_t n_rows, int64_t n_in, const void* xq, size_t xq_stride,
-                   int64_t g_begin, int64_t g_end, int64_t n_tok, float* y, int64_t ldy, Isa isa) {
+                   int64_t g_begin, int64_t g_end, int64_t n_tok, float* y, int64_t ldy, Isa isa,
+                   const int32_t* x_rows, int64_t y_col0) {
   check_repacked(w, n_in, "gemm_repacked");
   if (!isa_supported(isa))
     fail("gemm_repacked: ISA %s requested but this CPU lacks it (has: %s)", isa_name(isa),
          cpu_features().summary().c_str());
   const int64_t groups = (n_rows + kRepackRows - 1) / kRepackRows;
-  if (n_rows <= 0 || g_begin < 0 || g_end < g_begin || g_end > groups || n_tok < 0 || (n_tok > 1 && ldy < n_rows))
+  const int64_t row_end = std::min(n_rows, g_end * kRepackRows);
+  if (n_rows <= 0 || g_begin < 0 || g_end < g_begin || g_end > groups || n_tok < 0 || y_col0 > g_begin * kRepackRows ||
+      (n_tok > 1 && ldy < row_end - y_col0))
     fail("gemm_repacked: bad ranges groups [%lld, %lld) of %lld, n_tok %lld, ldy %lld",
          static_cast<long long>(g_begin), static_cast<long long>(g_end), static_cast<long long>(groups),
          static_cast<long long>(n_tok), static_cast<long long>(ldy));
@@ -223,7 +226,7 @@ void gemm_repacked(Type w, const void* packed, int64_t n_rows, int64_t n_in, con
   if (!fn) fail("internal: no %s repacked gemm for %s", isa_name(isa), type_name(w));
   const int64_t nb = n_in / traits(w).block_size;
   fn(RepackArgs{static_cast<const uint8_t*>(packed), static_cast<size_t>(nb) * repacked_block_bytes(w), nb,
-                static_cast<const uint8_t*>(xq), xq_stride, g_begin, g_end, n_rows, n_tok, y, ldy});
+                static_cast<const uint8_t*>(xq), xq_stride, g_begin, g_end, n_rows, n_tok, y, ldy, x_rows, y_col0});
 }
 
 void matmul_repacked(Type w, const void* packed, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
@@ -234,7 +237,7 @@ void matmul_repacked(Type w, const void* packed, int64_t n_out, int64_t n_in, co
   thread_local std::vector<uint8_t> scratch;
   if (scratch.size() < stride * n_tok) scratch.resize(stride * n_tok);
   uint8_t* xq = scratch.data();
-  for (int64_t t = 0; t < n_tok; ++t) quantize_act_repacked(w, x + t * n_in, xq + t * stride, n_in, isa);
+  parallel_for(n_tok, [&](int64_t t) { quantize_act_repacked(w, x + t * n_in, xq + t * stride, n_in, isa); });
   const int64_t groups = (n_out + kRepackRows - 1) / kRepackRows, per = kMatmulRowChunk / kRepackRows;
   const int64_t n_chunks = (groups + per - 1) / per;
   parallel_for(n_chunks, [&](int64_t c) {

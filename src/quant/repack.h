@@ -52,8 +52,10 @@ size_t repacked_act_row_bytes(Type w, int64_t n);
 void quantize_act_repacked(Type w, const float* x, void* xq, int64_t n, Isa isa);
 
 // y[t*ldy + i] = dot(row i, xq row t) for rows i in groups [g_begin, g_end) (rows >= n_rows not written).
+// x_rows / y_col0 as in quant::gemm (y_col0 a multiple of 8).
 void gemm_repacked(Type w, const void* packed, int64_t n_rows, int64_t n_in, const void* xq, size_t xq_stride,
-                   int64_t g_begin, int64_t g_end, int64_t n_tok, float* y, int64_t ldy, Isa isa);
+                   int64_t g_begin, int64_t g_end, int64_t n_tok, float* y, int64_t ldy, Isa isa,
+                   const int32_t* x_rows = nullptr, int64_t y_col0 = 0);
 
 // y: [n_tok, n_out] = x: [n_tok, n_in] f32 times the repacked W^T: quantize_act_repacked into a thread-local
 // scratch, then gemm_repacked over fixed chunks of kMatmulRowChunk rows on tern::parallel_for.

@@ -23,8 +23,10 @@ struct RepackArgs {
   const uint8_t* x;     // [n_tok rows of x_stride bytes], BlockQ8_0S or BlockQ8_K
   size_t x_stride;
   int64_t g_begin, g_end, n_rows, n_tok;
-  float* y;             // y[t*ldy + i]
+  float* y;             // y[t*ldy + i - y_col0]
   int64_t ldy;
+  const int32_t* x_rows = nullptr;  // token t reads activation row x_rows[t] (nullptr: row t)
+  int64_t y_col0 = 0;
 };
 using RepackFn = void (*)(const RepackArgs&);
 

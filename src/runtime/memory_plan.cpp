@@ -34,13 +34,16 @@ int64_t block_of(std::string_view name) {
 }
 
 // Forward scratch per batch row (floats), mirroring the buffers Forward and the blocks grow: residual stream,
-// attention and DeltaNet projections, the router, the expert slots and one expert's activations, the shared
-// expert, and the activation quantization of the kernels.
+// attention and DeltaNet projections, the router and routing weights, the MoE block's SwiGLU rows and down
+// outputs for every (token, expert) pair and the shared expert, the batch quantized in up to two formats and
+// down's quantized input (counted at 4 bytes an element, the f32 bound), and the kernels' activation scratch.
 uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
   const int64_t D = c.n_embd, q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim;
   const int64_t attn = 5 * q + 2 * kv;
   const int64_t dn = 2 * c.conv_dim() + 2 * c.value_dim() + 2 * c.n_v_heads;
-  const int64_t moe = c.n_expert + c.n_expert_used * (D + 1) + 3 * D + 2 * c.n_ff_exp + 2 * c.n_ff_shexp + 1;
+  const int64_t jobs = c.n_expert_used + (c.n_ff_shexp > 0 ? 1 : 0);
+  const int64_t F = std::max(c.n_ff_exp, c.n_ff_shexp);
+  const int64_t moe = c.n_expert + 2 * c.n_expert_used + jobs * (D + 2 * F) + 2 * D + 1;
   const int64_t per_row = 4 * D + attn + dn + moe;
   const int64_t logits = c.n_vocab * n_parallel;
   return static_cast<uint64_t>((per_row * rows + logits) * 4);

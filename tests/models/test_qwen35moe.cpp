@@ -94,6 +94,8 @@ struct Case {
   bool repack = false;  // matrices in the kernels' repacked layout (Model::repack), as the engine runs them
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.preset << "." << c.type << (c.repack ? " repacked" : ""); }
+
 std::vector<Case> all_cases() {
   std::vector<Case> cs;
   if (!fs::exists(kModels)) return cs;

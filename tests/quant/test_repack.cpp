@@ -218,6 +218,45 @@ TEST(Repack, AgreesWithFileLayoutGemm) {
   }
 }
 
+// A subset of a batch's rows (x_rows) into a chunk's own buffer (y_col0) gives exactly the plain call on the
+// gathered rows, for both layouts and every ISA the host has.
+TEST(Repack, RowIndicesAndColumnOffset) {
+  std::mt19937 rng(6);
+  for (Type t : kTypes)
+    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
+      const int64_t n_rows = 40, n_in = 512, n_batch = 7;
+      const int32_t pick[] = {5, 0, 3, 3, 6};
+      const int64_t m = 5;
+      const auto w = random_rows(t, n_rows, n_in, rng);
+      const size_t rs = row_size(traits(t), n_in);
+      std::vector<uint8_t> packed(repacked_bytes(t, n_rows, n_in));
+      repack(t, w.data(), rs, n_rows, n_in, packed.data());
+      const auto x = random_acts(n_in * n_batch, rng);
+      for (bool x8 : {false, true}) {
+        const size_t stride = x8 ? repacked_act_row_bytes(t, n_in) : act_row_bytes(t, n_in);
+        std::vector<uint8_t> xq(stride * n_batch), xg(stride * m);
+        for (int64_t r = 0; r < n_batch; ++r) {
+          if (x8) quantize_act_repacked(t, x.data() + r * n_in, xq.data() + r * stride, n_in, isa);
+          else quantize_act(t, x.data() + r * n_in, xq.data() + r * stride, n_in, isa);
+        }
+        for (int64_t r = 0; r < m; ++r) std::memcpy(xg.data() + r * stride, xq.data() + pick[r] * stride, stride);
+        std::vector<float> full(m * n_rows), chunk(m * 16, -1.0f);
+        if (x8) {
+          gemm_repacked(t, packed.data(), n_rows, n_in, xg.data(), stride, 0, 5, m, full.data(), n_rows, isa);
+          gemm_repacked(t, packed.data(), n_rows, n_in, xq.data(), stride, 2, 4, m, chunk.data(), 16, isa, pick, 16);
+        } else {
+          gemm(t, w.data(), rs, xg.data(), stride, n_in, 0, n_rows, m, full.data(), n_rows, isa);
+          gemm(t, w.data(), rs, xq.data(), stride, n_in, 16, 32, m, chunk.data(), 16, isa, pick, 16);
+        }
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t i = 0; i < 16; ++i)
+            ASSERT_EQ(bits(chunk[r * 16 + i]), bits(full[r * n_rows + 16 + i]))
+                << type_name(t) << " " << isa_name(isa) << (x8 ? " x8" : " file") << " token " << r << " row " << i;
+      }
+    }
+}
+
 // Thread count never changes a bit (fixed row chunks, one thread per chunk).
 TEST(Repack, MatmulIndependentOfThreads) {
   std::mt19937 rng(5);

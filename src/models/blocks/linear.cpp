@@ -50,14 +50,18 @@ void quantize_rows(const Linear& w, const float* x, int64_t n_tok, uint8_t* xq) 
   });
 }
 
-void gemm_rows(const Linear& w, const uint8_t* xq, int64_t n_tok, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+void gemm_rows(const Linear& w, const uint8_t* xq, const int32_t* rows, int64_t n_tok, int64_t r0, int64_t r1,
+               float* y, int64_t ldy) {
   const size_t stride = act_row_bytes(w);
   if (w.repacked) {
-    if (r0 % quant::kRepackRows != 0) fail("internal: %s: rows from %lld", w.name.c_str(), static_cast<long long>(r0));
+    if (r0 % quant::kRepackRows != 0 || (r1 != w.n_out && r1 % quant::kRepackRows != 0))
+      fail("internal: %s: rows [%lld, %lld) are not on 8-row groups", w.name.c_str(), static_cast<long long>(r0),
+           static_cast<long long>(r1));
     quant::gemm_repacked(w.type, w.data, w.n_out, w.n_in, xq, stride, r0 / quant::kRepackRows,
-                         (r1 + quant::kRepackRows - 1) / quant::kRepackRows, n_tok, y, ldy, quant::active_isa());
+                         (r1 + quant::kRepackRows - 1) / quant::kRepackRows, n_tok, y, ldy, quant::active_isa(), rows,
+                         r0);
   } else {
-    quant::gemm(w.type, w.data, w.row_bytes, xq, stride, w.n_in, r0, r1, n_tok, y, ldy, quant::active_isa());
+    quant::gemm(w.type, w.data, w.row_bytes, xq, stride, w.n_in, r0, r1, n_tok, y, ldy, quant::active_isa(), rows, r0);
   }
 }
 

@@ -31,12 +31,14 @@ void apply(const Linear& w, const float* x, int64_t n_tok, float* y);
 
 // The same product in two steps, for callers that share one quantized input across several matrices or split
 // rows across threads themselves (the MoE block): activation rows in the format w's kernels read, then rows
-// [r0, r1) of the product on the calling thread (repacked: r0 a multiple of 8). Formats of two matrices are
-// interchangeable when same_act_format says so.
+// [r0, r1) of the product on the calling thread (repacked: r0 a multiple of 8, r1 too unless it is n_out).
+// Token t reads xq row rows[t] (rows: nullptr for row t) and row i lands at y[t*ldy + i - r0]. Formats of two
+// matrices are interchangeable when same_act_format says so.
 size_t act_row_bytes(const Linear& w);
 bool same_act_format(const Linear& a, const Linear& b);
 void quantize_rows(const Linear& w, const float* x, int64_t n_tok, uint8_t* xq);  // xq: [n_tok, act_row_bytes]
-void gemm_rows(const Linear& w, const uint8_t* xq, int64_t n_tok, int64_t r0, int64_t r1, float* y, int64_t ldy);
+void gemm_rows(const Linear& w, const uint8_t* xq, const int32_t* rows, int64_t n_tok, int64_t r0, int64_t r1,
+               float* y, int64_t ldy);
 
 // Whether w's type has a repacked layout (quant::has_repacked).
 bool can_repack(const Linear& w);

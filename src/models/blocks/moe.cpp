@@ -26,54 +26,43 @@ int64_t chunks(int64_t n) { return (n + kRowChunk - 1) / kRowChunk; }
 
 // Runs every job's gate+up (with SwiGLU), then every job's down, as three parallel passes over fixed
 // (job, row chunk) tasks: each output element is one gemm call's, so results never depend on the threads.
-// Each job's input rows are gathered from xq (the batch's activations, quantized once); when a matrix reads
-// another format than xq the job's rows are quantized for it.
-void run_ffns(const std::vector<FfnJob>& jobs, const float* x, const uint8_t* xq, const Linear& xq_fmt, int64_t D,
-              MoeScratch& s) {
-  int64_t h_rows = 0;
-  for (const FfnJob& j : jobs) h_rows = std::max(h_rows, j.h_off + j.m);
-  // Gathered, quantized input rows of every job (gate and up share them when their formats agree).
-  std::vector<size_t> in_off(jobs.size()), up_off(jobs.size());
-  size_t in_bytes = 0;
+// Jobs read their tokens' rows of the batch's activations, quantized once per format (s.batch_q).
+void run_ffns(const std::vector<FfnJob>& jobs, const float* x, int64_t n_rows, int64_t D, MoeScratch& s) {
+  auto batch_q = [&](const Linear& w) -> const uint8_t* {
+    for (size_t i = 0; i < s.q_fmt.size(); ++i)
+      if (same_act_format(s.q_fmt[i], w)) return s.q_buf[i].data();
+    const size_t i = s.q_fmt.size();
+    s.q_fmt.push_back(w);
+    if (s.q_buf.size() <= i) s.q_buf.emplace_back();  // buffers are reused layer after layer
+    uint8_t* q = grow(s.q_buf[i], n_rows * static_cast<int64_t>(act_row_bytes(w)));
+    quantize_rows(w, x, n_rows, q);
+    return q;
+  };
+  std::vector<const uint8_t*> gate_in(jobs.size()), up_in(jobs.size());
+  int64_t F = 0, h_rows = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    in_off[i] = in_bytes;
-    in_bytes += static_cast<size_t>(jobs[i].m) * act_row_bytes(jobs[i].gate);
-    up_off[i] = in_off[i];
-    if (!same_act_format(jobs[i].gate, jobs[i].up)) {
-      up_off[i] = in_bytes;
-      in_bytes += static_cast<size_t>(jobs[i].m) * act_row_bytes(jobs[i].up);
-    }
+    gate_in[i] = batch_q(jobs[i].gate);
+    up_in[i] = batch_q(jobs[i].up);
+    F = std::max(F, jobs[i].gate.n_out);
+    h_rows = std::max(h_rows, jobs[i].h_off + jobs[i].m);
   }
-  uint8_t* in = grow(s.in_q, static_cast<int64_t>(in_bytes));
-  parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
-    const FfnJob& j = jobs[i];
-    for (const auto& [w, off] : {std::pair{&j.gate, in_off[i]}, {&j.up, up_off[i]}}) {
-      if (w == &j.up && off == in_off[i]) break;
-      const size_t a = act_row_bytes(*w);
-      for (int64_t r = 0; r < j.m; ++r) {
-        const int64_t row = j.tokens ? j.tokens[r] : r;
-        if (same_act_format(*w, xq_fmt)) std::memcpy(in + off + r * a, xq + row * a, a);
-        else quantize_rows(*w, x + row * D, 1, in + off + r * a);
-      }
-    }
-  });
 
-  // gate and up rows of a chunk, then SwiGLU on them: h [h_rows, F] f32 (each job's m rows at h_off).
+  // gate and up rows of a chunk into per-thread [m, kRowChunk] tiles, SwiGLU into h [h_rows, F] (each job's m
+  // rows at h_off).
   std::vector<std::pair<int32_t, int32_t>> tasks;
   for (size_t i = 0; i < jobs.size(); ++i)
     for (int64_t c = 0; c < chunks(jobs[i].gate.n_out); ++c) tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(c)});
-  int64_t F = 0;
-  for (const FfnJob& j : jobs) F = std::max(F, j.gate.n_out);
-  float* g = grow(s.ge, h_rows * F);
-  float* u = grow(s.ue, h_rows * F);
+  float* h = grow(s.h, h_rows * F);
   parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t k) {
     const FfnJob& j = jobs[tasks[k].first];
     const int64_t r0 = tasks[k].second * kRowChunk, r1 = std::min(j.gate.n_out, r0 + kRowChunk);
-    float* gj = g + j.h_off * F;
-    float* uj = u + j.h_off * F;
-    gemm_rows(j.gate, in + in_off[tasks[k].first], j.m, r0, r1, gj, F);
-    gemm_rows(j.up, in + up_off[tasks[k].first], j.m, r0, r1, uj, F);
-    for (int64_t t = 0; t < j.m; ++t) ops::swiglu(gj + t * F + r0, uj + t * F + r0, gj + t * F + r0, r1 - r0);
+    thread_local std::vector<float> tg, tu;
+    float* g = grow(tg, j.m * kRowChunk);
+    float* u = grow(tu, j.m * kRowChunk);
+    gemm_rows(j.gate, gate_in[tasks[k].first], j.tokens, j.m, r0, r1, g, kRowChunk);
+    gemm_rows(j.up, up_in[tasks[k].first], j.tokens, j.m, r0, r1, u, kRowChunk);
+    for (int64_t t = 0; t < j.m; ++t)
+      ops::swiglu(g + t * kRowChunk, u + t * kRowChunk, h + (j.h_off + t) * F + r0, r1 - r0);
   });
 
   // down: its input rows quantized, then its rows in chunks into out [.., D] at out_off.
@@ -91,7 +80,7 @@ void run_ffns(const std::vector<FfnJob>& jobs, const float* x, const uint8_t* xq
     const FfnJob& j = jobs[rows[k].first];
     const int64_t t = rows[k].second;
     // h rows are F wide; the down matrix reads its first n_in (= this job's F) of them
-    quantize_rows(j.down, g + (j.h_off + t) * F, 1, dq + dn_off[rows[k].first] + t * act_row_bytes(j.down));
+    quantize_rows(j.down, h + (j.h_off + t) * F, 1, dq + dn_off[rows[k].first] + t * act_row_bytes(j.down));
   });
   tasks.clear();
   for (size_t i = 0; i < jobs.size(); ++i)
@@ -99,7 +88,7 @@ void run_ffns(const std::vector<FfnJob>& jobs, const float* x, const uint8_t* xq
   parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t k) {
     const FfnJob& j = jobs[tasks[k].first];
     const int64_t r0 = tasks[k].second * kRowChunk, r1 = std::min(j.down.n_out, r0 + kRowChunk);
-    gemm_rows(j.down, dq + dn_off[tasks[k].first], j.m, r0, r1, s.out.data() + j.out_off * D, D);
+    gemm_rows(j.down, dq + dn_off[tasks[k].first], nullptr, j.m, r0, r1, s.out.data() + j.out_off * D + r0, D);
   });
 }
 
@@ -133,12 +122,7 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
   experts.prefetch(layer, s.order.data() + n_resident, static_cast<int64_t>(s.order.size()) - n_resident,
                    s.order.data(), n_resident);
 
-  // The batch's input quantized once, in the format of the first expert's gate (most jobs share it).
-  const qwen35moe::ExpertMatrices first = experts.get(layer, s.order.front());
-  const Linear xq_fmt = first.gate;
-  uint8_t* xq = grow(s.x_q, n_rows * static_cast<int64_t>(act_row_bytes(xq_fmt)));
-  quantize_rows(xq_fmt, x, n_rows, xq);
-
+  s.q_fmt.clear();  // the batch's activations are quantized anew for this layer (run_ffns, once per format)
   // Every routed expert's output rows land in s.out at out_off; slot_row maps (token, k) to its row.
   s.tokens.resize(static_cast<size_t>(n_rows * K));
   if (static_cast<int64_t>(s.slot_row.size()) < n_rows * K) s.slot_row.resize(static_cast<size_t>(n_rows * K));
@@ -152,7 +136,7 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
   for (size_t i = 0; i < s.order.size(); ++i) {
     const int32_t e = s.order[i];
     const auto& members = s.by_expert[e];
-    const qwen35moe::ExpertMatrices ex = i == 0 ? first : experts.get(layer, e);
+    const qwen35moe::ExpertMatrices ex = experts.get(layer, e);
     TERN_PROFILE_BYTES(prof_exps, ex.gate.bytes() + ex.up.bytes() + ex.down.bytes());
     FfnJob j{ex.gate, ex.up, ex.down, s.tokens.data() + row, static_cast<int64_t>(members.size()), row, row};
     for (size_t r = 0; r < members.size(); ++r) {
@@ -162,7 +146,7 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
     row += j.m;
     jobs.push_back(j);
     if (one_at_a_time) {
-      run_ffns(jobs, x, xq, xq_fmt, D, s);
+      run_ffns(jobs, x, n_rows, D, s);
       jobs.clear();
     }
   }
@@ -170,7 +154,7 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
     TERN_PROFILE_BYTES(prof_exps, w.gate_shexp.bytes() + w.up_shexp.bytes() + w.down_shexp.bytes());
     jobs.push_back({w.gate_shexp, w.up_shexp, w.down_shexp, nullptr, n_rows, row, row});
   }
-  if (!jobs.empty()) run_ffns(jobs, x, xq, xq_fmt, D, s);
+  if (!jobs.empty()) run_ffns(jobs, x, n_rows, D, s);
 
   // Each token's expert outputs summed in its top-k order, then (below) the gated shared expert.
   const float* out = s.out.data();

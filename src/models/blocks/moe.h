@@ -14,8 +14,10 @@
 namespace tern::models {
 
 struct MoeScratch {
-  std::vector<float> logits, weights, ge, ue, out, sgate;
-  std::vector<uint8_t> x_q, in_q, down_q;       // quantized activations: the batch, each job's gathered rows, down's input
+  std::vector<float> logits, weights, h, out, sgate;  // h: SwiGLU rows of every job; out: their down rows
+  std::vector<Linear> q_fmt;                    // formats the batch was quantized in this layer ...
+  std::vector<std::vector<uint8_t>> q_buf;      // ... and those activations [n_rows, act_row_bytes]
+  std::vector<uint8_t> down_q;                  // every job's down input, quantized
   std::vector<int32_t> ids, tokens, slot_row;   // tokens: each job's batch rows; slot_row: (token, k) -> row of out
   std::vector<std::vector<int32_t>> by_expert;  // [n_expert] -> list of token * n_used + slot
   std::vector<int32_t> order;                   // experts to run: resident ones first

@@ -286,8 +286,8 @@ void drive(const GemmArgs& a) {
       const uint8_t* xr[kTokTile];
       float* out[kTokTile];
       for (int k = 0; k < nt; ++k) {
-        xr[k] = static_cast<const uint8_t*>(a.x) + (t0 + k) * a.x_stride;
-        out[k] = a.y + (t0 + k) * a.ldy + i;
+        xr[k] = static_cast<const uint8_t*>(a.x) + (a.x_rows ? a.x_rows[t0 + k] : t0 + k) * a.x_stride;
+        out[k] = a.y + (t0 + k) * a.ldy + (i - a.y_col0);
       }
       switch (nt) {
         case 1: K::template row<1>(wr, xr, a.n_in, out); break;

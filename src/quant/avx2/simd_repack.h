@@ -226,7 +226,7 @@ void drive(const RepackArgs& a) {
   for (int64_t t0 = 0; t0 < a.n_tok; t0 += kTile) {
     const int nt = a.n_tok - t0 < kTile ? static_cast<int>(a.n_tok - t0) : kTile;
     const uint8_t* xr[kTile];
-    for (int k = 0; k < nt; ++k) xr[k] = a.x + (t0 + k) * a.x_stride;
+    for (int k = 0; k < nt; ++k) xr[k] = a.x + (a.x_rows ? a.x_rows[t0 + k] : t0 + k) * a.x_stride;
     for (int64_t gi = a.g_begin; gi < a.g_end; ++gi) {
       const uint8_t* g = a.w + gi * a.group_bytes;
       __m256 acc[kTile];
@@ -240,7 +240,7 @@ void drive(const RepackArgs& a) {
       const int64_t r0 = gi * kRepackRows;
       const int64_t valid = a.n_rows - r0 < kRepackRows ? a.n_rows - r0 : kRepackRows;
       for (int k = 0; k < nt; ++k) {
-        float* y = a.y + (t0 + k) * a.ldy + r0;
+        float* y = a.y + (t0 + k) * a.ldy + (r0 - a.y_col0);
         if (valid == kRepackRows) {
           _mm256_storeu_ps(y, acc[k]);
         } else {

@@ -102,7 +102,7 @@ void gemm_x8_ref(const RepackArgs& a) {
       if (i >= a.n_rows) break;
       unpack_row(kW, a.w, a.n_blocks * traits(kW).block_size, i, row.data());
       for (int64_t t = 0; t < a.n_tok; ++t) {
-        const uint8_t* x = a.x + t * a.x_stride;
+        const uint8_t* x = a.x + (a.x_rows ? a.x_rows[t] : t) * a.x_stride;
         float v = 0.0f;
         if constexpr (kW == Type::Q4_0)
           v = row_q4_0(reinterpret_cast<const BlockQ4_0*>(row.data()), reinterpret_cast<const BlockQ8_0S*>(x), a.n_blocks);
@@ -114,7 +114,7 @@ void gemm_x8_ref(const RepackArgs& a) {
           v = row_k4<true>(row.data(), wsize, reinterpret_cast<const BlockQ8_K*>(x), a.n_blocks);
         else
           v = row_q6_k(reinterpret_cast<const BlockQ6_K*>(row.data()), reinterpret_cast<const BlockQ8_K*>(x), a.n_blocks);
-        a.y[t * a.ldy + i] = v;
+        a.y[t * a.ldy + i - a.y_col0] = v;
       }
     }
 }
