@@ -1,225 +1,241 @@
 #!/usr/bin/env python3
-"""End-to-end CPU benchmark of tern against llama.cpp (issue 7) in one command.
+"""End-to-end CPU benchmark of tern against llama.cpp's own llama-bench (issues 7 and 14) in one command.
 
 1. Generates random-weight qwen35moe GGUFs at Qwen3.5-35B-A3B's real widths (tools/make_bench_model.py: vocab
    248320, untied output) with 4 and 8 layers (3 DeltaNet : 1 attention): Q8_0 written by gguf-py, then Q4_0 and
-   Q4_K_M made from it by llama.cpp's quantizer (llama-cpp-python). Files already in --out are reused.
-2. Measures the memory read bandwidth (build/tern_membw: best of several multi-threaded streaming reads).
-3. Per model and test (pp512, tg128, tg128 @ d512), runs tern (`tern bench --json`) and then llama.cpp (its C API
-   through llama-cpp-python, in this process, timed like llama-bench) with the same thread count: each engine
-   gets one warm-up and --reps timed repetitions, tern and llama.cpp alternating test by test.
-4. Prints and writes (OUT/results.json, OUT/results.md): tok/s of both, tern/llama.cpp, the weight bytes one
-   decode token reads (`tern info --json` bytes_per_token), decode as a fraction of the roofline
-   (bytes per token / bandwidth), and the per-layer decode cost (8-layer minus 4-layer, per layer) against its
-   bandwidth floor.
+   Q4_K_M made from it by llama.cpp's llama-quantize. Files already in --out are reused. --small: 32 experts and a
+   4096-token vocabulary instead (a smoke run; its numbers say nothing about the real model).
+2. Measures the memory read bandwidth (build/tern_membw) and the int8 / fp32 compute peak (build/tern_peak).
+3. Per model and test (pp512, tg128, tg128 @ d4096), runs `tern bench --json` and then `llama-bench -o json` on the
+   same file with the same threads, alternating test by test; each does one warm-up (tern bench: one full run of
+   the test; llama-bench: its own) and -r timed repetitions. /proc/loadavg is read right before each run.
+4. Prints and writes (OUT/results.json, OUT/results.md): tok/s of both, tern/llama.cpp, decode as a fraction of the
+   bandwidth roofline, prefill as a fraction of the int8 compute roofline (formulas in the output), and the
+   per-layer decode cost (8-layer minus 4-layer, per layer) against its bandwidth floor.
 
-usage: python3 bench/e2e.py [-t 2] [-r 2] [--types q4_0,q8_0,q4_k_m] [--layers 4,8] [--out out/bench]
-Needs a Release build (scripts/build.sh build) for build/tern and build/tern_membw. Not a test: no assertions on
-speed.
+The llama.cpp tools come from bench/build_llamacpp.sh (run here when --llama-bin is not given; cached after the
+first build). Needs a Release build (bash scripts/build.sh build) for build/tern, build/tern_membw, build/tern_peak.
+Not a test: no assertions on speed.
+
+usage: python3 bench/e2e.py [-t 2] [-r 3] [--types q4_0,q8_0,q4_k_m] [--layers 4,8] [--out out/bench] [--small]
 """
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import json
-import math
 import os
 import platform
-import random
-import statistics
 import subprocess
 import sys
 import time
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 TYPES = ("q4_0", "q8_0", "q4_k_m")
+QUANTIZE_NAME = {"q4_0": "Q4_0", "q4_k_m": "Q4_K_M"}
 VOCAB = 248320
+SMALL_VOCAB, SMALL_EXPERTS = 4096, 32
+KV_BYTES = 2  # f16: the KV cache type of both engines by default (tern --kv-type, llama-bench -ctk/-ctv)
+LLAMA_TOOLS = ("llama-bench", "llama-quantize")
 
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def model_path(out, n_layer, qtype):
-    return os.path.join(out, f"q35-real-{n_layer}l.{qtype}.gguf")
+def loadavg():
+    """/proc/loadavg's 1, 5 and 15 minute averages and running/total tasks, as one string."""
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:4])
 
 
-def ensure_models(out, layers, types, threads):
+def model_path(args, n_layer, qtype):
+    return os.path.join(args.out, f"q35-{'small' if args.small else 'real'}-{n_layer}l.{qtype}.gguf")
+
+
+def find_llama(args):
+    """name -> path of the llama.cpp tools: from --llama-bin, else from bench/build_llamacpp.sh (builds once)."""
+    if args.llama_bin:
+        tools = {t: os.path.join(args.llama_bin, t) for t in LLAMA_TOOLS}
+    else:
+        r = subprocess.run(["bash", os.path.join(ROOT, "bench", "build_llamacpp.sh")], stdout=subprocess.PIPE,
+                           text=True)
+        if r.returncode != 0:
+            sys.exit("error: bench/build_llamacpp.sh failed")
+        tools = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+    for t in LLAMA_TOOLS:
+        if not os.access(tools.get(t, ""), os.X_OK):
+            sys.exit(f"error: {t} not found ({tools.get(t)}); build it: bash bench/build_llamacpp.sh")
+    info = os.path.join(os.path.dirname(os.path.dirname(tools["llama-bench"])), "..", "build-info.txt")
+    tools["build_info"] = open(info).read().strip() if os.path.exists(info) else ""
+    return tools
+
+
+def ensure_models(args, types, quantize_exe):
     """Writes the missing GGUFs (to a temporary name first, so an interrupted run never leaves a file that looks
     finished)."""
-    os.makedirs(out, exist_ok=True)
-    for n_layer in layers:
-        base = model_path(out, n_layer, "q8_0")
+    os.makedirs(args.out, exist_ok=True)
+    for n_layer in args.layers:
+        base = model_path(args, n_layer, "q8_0")
         if not os.path.exists(base):
             log(f"generating {base} (random weights, gguf-py)")
             tmp = base + ".part"
-            subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_bench_model.py"), tmp, "--layers",
-                            str(n_layer), "--vocab", str(VOCAB), "--type", "q8_0"], check=True)
+            cmd = [sys.executable, os.path.join(ROOT, "tools", "make_bench_model.py"), tmp, "--layers", str(n_layer),
+                   "--vocab", str(SMALL_VOCAB if args.small else VOCAB), "--type", "q8_0"]
+            if args.small:
+                cmd += ["--experts", str(SMALL_EXPERTS)]
+            subprocess.run(cmd, check=True)
             os.replace(tmp, base)
         for qtype in types:
-            path = model_path(out, n_layer, qtype)
-            if os.path.exists(path):
+            path = model_path(args, n_layer, qtype)
+            if qtype == "q8_0" or os.path.exists(path):
                 continue
-            log(f"quantizing {path} with llama.cpp's quantizer")
-            quantize(base, path, qtype, threads)
+            log(f"quantizing {path} with llama-quantize")
+            tmp = path + ".part"
+            t0 = time.time()
+            # --allow-requantize: the source is Q8_0 (random weights: requantization error does not matter here)
+            r = subprocess.run([quantize_exe, "--allow-requantize", base, tmp, QUANTIZE_NAME[qtype],
+                                str(args.threads)], capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"error: llama-quantize {base} -> {path} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+            os.replace(tmp, path)
+            log(f"  done in {time.time() - t0:.0f} s")
 
 
-def quantize(src, dst, qtype, threads):
-    import llama_cpp as L
-
-    ftype = {"q4_0": L.LLAMA_FTYPE_MOSTLY_Q4_0, "q4_k_m": L.LLAMA_FTYPE_MOSTLY_Q4_K_M}[qtype]
-    p = L.llama_model_quantize_default_params()
-    p.ftype = ftype
-    p.nthread = threads
-    p.allow_requantize = True  # the source is Q8_0 (random weights: requantization error does not matter here)
-    tmp = dst + ".part"
-    rc = L.llama_model_quantize(src.encode(), tmp.encode(), ctypes.byref(p))
-    if rc != 0:
-        sys.exit(f"error: llama_model_quantize {src} -> {dst} failed ({rc})")
-    os.replace(tmp, dst)
-
-
-def membw(exe, threads):
-    out = subprocess.run([exe, "-t", str(threads), "--json"], check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
-
-
-def tern_info(tern, path):
-    return json.loads(subprocess.run([tern, "info", path, "--json"], check=True, capture_output=True,
-                                     text=True).stdout)
-
-
-def tern_bench(tern, path, threads, reps, n_prompt, n_gen, depth):
-    cmd = [tern, "bench", "-m", path, "-t", str(threads), "-r", str(reps), "-p", str(n_prompt), "-n", str(n_gen),
-           "-d", str(depth), "--json"]
+def run_json(cmd):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        sys.exit(f"error: {' '.join(cmd)} failed:\n{r.stderr}")
-    rows = json.loads(r.stdout)
-    if len(rows) != 1:
-        sys.exit(f"error: {' '.join(cmd)}: expected one test, got {rows}")
-    return rows[0]
-
-
-class LlamaCpp:
-    """llama.cpp through its C API (llama-cpp-python's ctypes bindings), timed the way llama-bench times: pp = one
-    llama_decode of the whole prompt, tg = one llama_decode per token, a depth = a prompt decoded first, untimed;
-    llama_synchronize before the clock stops; the memory (KV cache and recurrent state) cleared before each run."""
-
-    def __init__(self, path, threads, n_ctx, mmap_only=False):
-        import llama_cpp as L
-
-        self.L = L
-        L.llama_backend_init()
-        self._log_cb = L.llama_log_callback(lambda level, text, user: None)  # keep a reference: C holds it
-        L.llama_log_set(self._log_cb, ctypes.c_void_p())
-        mp = L.llama_model_default_params()
-        if mmap_only:  # weights stay in the page cache (no repacked copies), so a memory limit can reclaim them
-            mp.load_mode = L.LLAMA_LOAD_MODE_MMAP
-            mp.use_extra_bufts = False
-        self.model = L.llama_model_load_from_file(path.encode(), mp)
-        if not self.model:
-            sys.exit(f"error: llama.cpp cannot load {path}")
-        cp = L.llama_context_default_params()
-        cp.n_ctx = n_ctx
-        cp.n_batch = 512
-        cp.n_ubatch = 512
-        cp.n_threads = threads
-        cp.n_threads_batch = threads
-        cp.no_perf = True
-        self.ctx = L.llama_init_from_model(self.model, cp)
-        if not self.ctx:
-            sys.exit(f"error: llama.cpp cannot create a context for {path}")
-        self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
-        self.rng = random.Random(1234)
-
-    def close(self):
-        self.L.llama_free(self.ctx)
-        self.L.llama_model_free(self.model)
-
-    def _decode(self, tokens):
-        arr = (self.L.llama_token * len(tokens))(*tokens)
-        rc = self.L.llama_decode(self.ctx, self.L.llama_batch_get_one(arr, len(tokens)))
-        if rc != 0:
-            sys.exit(f"error: llama_decode returned {rc}")
-
-    def _tokens(self, n):
-        return [self.rng.randrange(self.n_vocab) for _ in range(n)]
-
-    def _start(self, depth):
-        self.L.llama_memory_clear(self.L.llama_get_memory(self.ctx), True)
-        for i in range(0, depth, 512):
-            self._decode(self._tokens(min(512, depth - i)))
-        self.L.llama_synchronize(self.ctx)
-
-    def pp(self, n, depth=0):
-        self._start(depth)
-        toks = self._tokens(n)
-        t0 = time.perf_counter()
-        for i in range(0, n, 512):
-            self._decode(toks[i:i + 512])
-        self.L.llama_synchronize(self.ctx)
-        return n / (time.perf_counter() - t0)
-
-    def tg(self, n, depth=0):
-        self._start(depth)
-        toks = self._tokens(n)
-        t0 = time.perf_counter()
-        for t in toks:
-            self._decode([t])
-        self.L.llama_synchronize(self.ctx)
-        return n / (time.perf_counter() - t0)
-
-
-def mean_sd(v):
-    return statistics.fmean(v), (statistics.stdev(v) if len(v) > 1 else 0.0)
-
-
-def run_model(args, path, bw_gbs):
-    info = tern_info(args.tern, path)
-    bpt = info["bytes_per_token"]
-    tests = [("pp", args.n_prompt, 0, f"pp{args.n_prompt}"), ("tg", args.n_gen, 0, f"tg{args.n_gen}"),
-             ("tg", args.n_gen, args.depth, f"tg{args.n_gen} @ d{args.depth}")]
-    llama = LlamaCpp(path, args.threads, args.depth + max(args.n_prompt, args.n_gen) + 16)
-    res = {"model": os.path.basename(path), "n_layer": info["n_layer"], "bytes_per_token": bpt,
-           "file_bytes": info["file_bytes"], "tests": {}}
+        sys.exit(f"error: {' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
     try:
-        for kind, n, depth, name in tests:
-            t = tern_bench(args.tern, path, args.threads, args.reps, n if kind == "pp" else 0,
-                           n if kind == "tg" else 0, depth)
-            if t["test"] != name:
-                sys.exit(f"error: tern bench named the test {t['test']!r}, expected {name!r}")
-            fn = llama.pp if kind == "pp" else llama.tg
-            fn(n, depth)  # warm-up, as tern bench does one
-            lv = [fn(n, depth) for _ in range(args.reps)]
-            lm, ls = mean_sd(lv)
-            row = {"tern": t["tok_s_mean"], "tern_sd": t["tok_s_stddev"], "llama": lm, "llama_sd": ls,
-                   "ratio": t["tok_s_mean"] / lm}
-            if kind == "tg":
-                roof = bw_gbs * 1e9 / bpt
-                row.update(roofline_tok_s=roof, tern_roofline=t["tok_s_mean"] / roof, llama_roofline=lm / roof)
-            res["tests"][name] = row
-            log(f"  {res['model']:28s} {name:14s} tern {row['tern']:8.2f} ± {row['tern_sd']:.2f}   "
-                f"llama.cpp {lm:8.2f} ± {ls:.2f}   ratio {row['ratio']:.2f}")
-    finally:
-        llama.close()
+        return json.loads(r.stdout)
+    except json.JSONDecodeError:
+        sys.exit(f"error: {' '.join(cmd)} printed no JSON:\n{r.stdout[-2000:]}")
+
+
+def geometry(path, tern_exe):
+    """What the rooflines need, from `tern info --json` (weight bytes per decode token) and the GGUF's tensors
+    and keys (gguf-py): state bytes, KV row bytes and weight MACs per token."""
+    import gguf
+
+    info = run_json([tern_exe, "info", path, "--json"])
+    r = gguf.GGUFReader(path)
+    arch = info["architecture"]
+
+    def key(name):
+        f = r.fields.get(f"{arch}.{name}")
+        if f is None:
+            sys.exit(f"error: {path}: key {arch}.{name} missing")
+        return int(f.parts[f.data[0]][0])
+
+    names = {t.name for t in r.tensors}
+    n_layer = info["n_layer"]
+    n_attn = sum(f"blk.{i}.attn_q.weight" in names for i in range(n_layer))
+    n_delta = sum(f"blk.{i}.ssm_a" in names for i in range(n_layer))
+    n_used, n_expert = key("expert_used_count"), key("expert_count")
+    body = head = 0
+    for t in r.tensors:
+        if t.name.startswith("blk.") and len(t.shape) >= 2:  # weight matrices (and the conv kernel), not norms
+            body += int(t.n_elements) * (n_used / n_expert if "_exps." in t.name else 1)
+        elif t.name == "output.weight" or (t.name == "token_embd.weight" and "output.weight" not in names):
+            head = int(t.n_elements)
+    state_layer = conv_layer = kv_row = 0
+    if n_delta:
+        head_k, inner, v_heads, kernel = (key("ssm.state_size"), key("ssm.inner_size"), key("ssm.time_step_rank"),
+                                          key("ssm.conv_kernel"))
+        conv_dim = 2 * key("ssm.group_count") * head_k + inner
+        state_layer = v_heads * head_k * (inner // v_heads) * 4  # [n_v_heads, head_k, head_v] f32
+        conv_layer = (kernel - 1) * conv_dim * 4                  # [conv_dim, kernel - 1] f32
+    if n_attn:
+        kv_row = key("attention.head_count_kv") * (key("attention.key_length") + key("attention.value_length")) \
+            * KV_BYTES
+    return {"n_layer": n_layer, "n_attn": n_attn, "n_deltanet": n_delta, "weight_bytes_per_token":
+            info["bytes_per_token"], "file_bytes": info["file_bytes"], "recurrent_state_bytes": state_layer,
+            "conv_state_bytes": conv_layer, "kv_row_bytes": kv_row, "macs_body": body, "macs_head": head}
+
+
+def decode_bytes(g, n_gen, depth):
+    """Bytes one decode token reads and writes: weights + DeltaNet state (read and written) + KV rows (the mean
+    context of the n_gen tokens read, one row written)."""
+    state = 2 * g["n_deltanet"] * (g["recurrent_state_bytes"] + g["conv_state_bytes"])
+    kv = g["n_attn"] * g["kv_row_bytes"] * (depth + (n_gen + 1) / 2 + 1)
+    return {"weights": g["weight_bytes_per_token"], "state": state, "kv": kv,
+            "total": g["weight_bytes_per_token"] + state + kv}
+
+
+def prefill_macs(g, n_prompt):
+    """Weight MACs per prompt token: every layer's matrices (routed experts at n_used/n_expert), the LM head once
+    per prompt (logits of the last token only)."""
+    return g["macs_body"] + g["macs_head"] / n_prompt
+
+
+def tern_bench(args, path, n_prompt, n_gen, depth):
+    rows = run_json([args.tern, "bench", "-m", path, "-t", str(args.threads), "-r", str(args.reps), "-p",
+                     str(n_prompt), "-n", str(n_gen), "-d", str(depth), "--json"])
+    if len(rows) != 1:
+        sys.exit(f"error: tern bench: expected one test, got {rows}")
+    return {"tok_s": rows[0]["tok_s_mean"], "sd": rows[0]["tok_s_stddev"], "test": rows[0]["test"]}
+
+
+def llama_bench(args, exe, path, n_prompt, n_gen, depth):
+    rows = run_json([exe, "-m", path, "-t", str(args.threads), "-r", str(args.reps), "-p", str(n_prompt), "-n",
+                     str(n_gen), "-d", str(depth), "-o", "json"])
+    if len(rows) != 1:
+        sys.exit(f"error: llama-bench: expected one test, got {len(rows)}")
+    x = rows[0]
+    if (x["n_prompt"], x["n_gen"], x["n_depth"], x["n_threads"]) != (n_prompt, n_gen, depth, args.threads):
+        sys.exit(f"error: llama-bench ran another test than asked: {x}")
+    return {"tok_s": x["avg_ts"], "sd": x["stddev_ts"], "samples": x.get("samples_ts"),
+            "config": {k: x.get(k) for k in ("build_commit", "cpu_info", "backends", "n_batch", "n_ubatch", "type_k",
+                                             "type_v", "flash_attn", "repack", "load_mode")}}
+
+
+def tests(args):
+    """(kind, n_prompt, n_gen, depth, name) in llama-bench's naming."""
+    return [("pp", args.n_prompt, 0, 0, f"pp{args.n_prompt}"), ("tg", 0, args.n_gen, 0, f"tg{args.n_gen}"),
+            ("tg", 0, args.n_gen, args.depth, f"tg{args.n_gen} @ d{args.depth}")]
+
+
+def run_model(args, path, llama, bw_gbs, int8_gmacs):
+    g = geometry(path, args.tern)
+    res = {"model": os.path.basename(path), **g, "tests": {}}
+    for kind, n_prompt, n_gen, depth, name in tests(args):
+        load_tern = loadavg()
+        t = tern_bench(args, path, n_prompt, n_gen, depth)
+        if t["test"] != name:
+            sys.exit(f"error: tern bench named the test {t['test']!r}, expected {name!r}")
+        load_llama = loadavg()
+        lb = llama_bench(args, llama["llama-bench"], path, n_prompt, n_gen, depth)
+        res.setdefault("llama_bench_config", lb.pop("config"))
+        row = {"tern": t["tok_s"], "tern_sd": t["sd"], "llama": lb["tok_s"], "llama_sd": lb["sd"],
+               "llama_samples": lb["samples"], "ratio": t["tok_s"] / lb["tok_s"], "load_tern": load_tern,
+               "load_llama": load_llama}
+        if kind == "tg":
+            b = decode_bytes(g, n_gen, depth)
+            row.update(roof="bandwidth", bytes_per_token=b, roof_tok_s=bw_gbs * 1e9 / b["total"])
+        else:
+            macs = prefill_macs(g, n_prompt)
+            row.update(roof="int8", macs_per_token=macs, roof_tok_s=int8_gmacs * 1e9 / macs)
+        row.update(tern_roof=row["tern"] / row["roof_tok_s"], llama_roof=row["llama"] / row["roof_tok_s"])
+        res["tests"][name] = row
+        log(f"  {res['model']:28s} {name:15s} tern {row['tern']:8.2f} ± {row['tern_sd']:.2f}   llama.cpp "
+            f"{row['llama']:8.2f} ± {row['llama_sd']:.2f}   ratio {row['ratio']:.2f}   load {load_tern.split()[0]} "
+            f"/ {load_llama.split()[0]}")
     return res
 
 
 def per_layer(results, layers, name, bw_gbs):
-    """(8-layer minus 4-layer) time per token, per layer, against the bandwidth floor of the bytes it adds."""
+    """(hi-layer minus lo-layer) time per token, per layer, against the bandwidth floor of the bytes it adds."""
     lo, hi = min(layers), max(layers)
     out = {}
     if lo == hi:
         return out
-    for qtype in {r["model"].split(".")[1] for r in results}:
+    for qtype in sorted({r["model"].split(".")[1] for r in results}):
         a = next((r for r in results if r["n_layer"] == lo and r["model"].endswith(f".{qtype}.gguf")), None)
         b = next((r for r in results if r["n_layer"] == hi and r["model"].endswith(f".{qtype}.gguf")), None)
         if not a or not b or name not in a["tests"]:
             continue
         dl = hi - lo
-        bytes_layer = (b["bytes_per_token"] - a["bytes_per_token"]) / dl
+        bytes_layer = (b["tests"][name]["bytes_per_token"]["total"] - a["tests"][name]["bytes_per_token"]["total"]) / dl
         floor_ms = bytes_layer / (bw_gbs * 1e9) * 1e3
         row = {"bytes_per_layer": bytes_layer, "floor_ms": floor_ms}
         for eng in ("tern", "llama"):
@@ -231,44 +247,101 @@ def per_layer(results, layers, name, bw_gbs):
 
 
 def markdown(meta, results, layer_rows, args):
-    tg, tgd, pp = f"tg{args.n_gen}", f"tg{args.n_gen} @ d{args.depth}", f"pp{args.n_prompt}"
-    lines = [f"Memory read bandwidth: **{meta['bandwidth_gbs']:.2f} GB/s** (tern_membw, {args.threads} threads, best "
-             f"of {meta['membw']['runs']}); {args.threads} threads for both engines; {args.reps} repetitions after "
-             f"one warm-up; load average {meta['loadavg_start']} at the start, {meta['loadavg_end']} at the end.", "",
-             "| model | MB/token | test | tern tok/s | llama.cpp tok/s | tern/llama.cpp | tern roofline | "
-             "llama.cpp roofline |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+    peak = meta["peak"]
+    lines = [
+        f"{meta['date']}, {meta['host']}: {meta['cpu']} ({meta['cpu_flags']}, {os.cpu_count()} CPUs); tern "
+        f"{meta['tern_commit']}; llama.cpp: {meta['llama_cpp_build']}.", "",
+        f"Memory read bandwidth **{meta['bandwidth_gbs']:.2f} GB/s** (tern_membw, {args.threads} threads, best of "
+        f"{meta['membw']['runs']}); int8 peak **{peak['int8_gmacs']:.1f} GMAC/s** ({peak['int8_kernel']}, "
+        f"{args.threads} threads; {peak['int8_gmacs_1t']:.1f} with 1), fp32 FMA peak {peak['fp32_gflops']:.1f} "
+        f"GFLOP/s ({peak['fp32_kernel']}; tern_peak, best of {peak['runs']}). {args.threads} threads for both "
+        f"engines, {args.reps} repetition{'s' if args.reps != 1 else ''} after one warm-up each, tern and "
+        "llama-bench alternating test by test. "
+        f"Load average (1/5/15 min, running/total tasks) {meta['loadavg_start']} at the start, "
+        f"{meta['loadavg_end']} at the end; the load column is the 1-minute load right before each engine's run."
+        + (" **--small models (32 experts, 4096-token vocabulary): a smoke run, not the real model.**"
+           if args.small else ""), "",
+        "| model | test | load tern / llama.cpp | tern tok/s | llama.cpp tok/s | tern/llama.cpp | roofline | "
+        "roof tok/s | tern of roof | llama.cpp of roof |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for r in results:
-        for name in (tg, tgd, pp):
-            t = r["tests"][name]
-            roof = (f"{100 * t['tern_roofline']:.0f}%", f"{100 * t['llama_roofline']:.0f}%") if "roofline_tok_s" in t \
-                else ("", "")
-            lines.append(f"| {r['model'].removesuffix('.gguf')} | {r['bytes_per_token'] / 1e6:.0f} | {name} | "
-                         f"{t['tern']:.2f} ± {t['tern_sd']:.2f} | {t['llama']:.2f} ± {t['llama_sd']:.2f} | "
-                         f"{t['ratio']:.2f} | {roof[0]} | {roof[1]} |")
-    lines += ["", f"Per-layer decode cost ({tg}; ({max(args.layers)}-layer − {min(args.layers)}-layer time per "
-              f"token) / {max(args.layers) - min(args.layers)}) against its bandwidth floor (the bytes one more "
-              "layer adds per token / bandwidth):", "",
-              "| type | MB/layer | floor ms | tern ms | tern / floor | llama.cpp ms | llama.cpp / floor |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
-    for qtype in sorted(layer_rows):
-        x = layer_rows[qtype]
-        lines.append(f"| {qtype} | {x['bytes_per_layer'] / 1e6:.1f} | {x['floor_ms']:.3f} | {x['tern_ms']:.3f} | "
-                     f"{x['tern_vs_floor']:.2f} | {x['llama_ms']:.3f} | {x['llama_vs_floor']:.2f} |")
+        for _, _, _, _, name in tests(args):
+            t = r["tests"].get(name)
+            if not t:
+                continue
+            roof = (f"{t['bytes_per_token']['total'] / 1e6:.0f} MB/tok at {meta['bandwidth_gbs']:.1f} GB/s"
+                    if t["roof"] == "bandwidth" else
+                    f"{t['macs_per_token'] / 1e9:.3f} GMAC/tok at {peak['int8_gmacs']:.0f} GMAC/s")
+            lines.append(f"| {r['model'].removesuffix('.gguf')} | {name} | {t['load_tern'].split()[0]} / "
+                         f"{t['load_llama'].split()[0]} | {t['tern']:.2f} ± {t['tern_sd']:.2f} | {t['llama']:.2f} ± "
+                         f"{t['llama_sd']:.2f} | {t['ratio']:.2f} | {roof} | {t['roof_tok_s']:.1f} | "
+                         f"{100 * t['tern_roof']:.0f}% | {100 * t['llama_roof']:.0f}% |")
+    lines += ["", "- Decode roofline: bytes per token = weights (`tern info --json` bytes_per_token: every tensor of "
+              "the layers once, routed experts x n_expert_used / n_expert, one token_embd row, the LM head whole) + "
+              "DeltaNet state read and written (2 x DeltaNet layers x (recurrent [n_v_heads, head_k, head_v] f32 + "
+              "conv [conv_dim, kernel - 1] f32)) + KV cache (attention layers x n_head_kv x (key + value length) x "
+              f"{KV_BYTES} B x (depth + (n_gen + 1) / 2 rows read + 1 written)); roof tok/s = bandwidth / bytes "
+              "per token.",
+              f"- Prefill roofline: MACs per prompt token = body + head / n_prompt, body = the weight elements of "
+              "every layer's matrices (routed experts x n_expert_used / n_expert; the conv kernel included; "
+              "token_embd is a lookup, not counted), head = the LM head's elements (logits of the last prompt token "
+              "only); attention scores and the DeltaNet recurrence (fp32, context-dependent) are not counted; "
+              "roof tok/s = int8 peak / MACs per token."]
+    for name, rows in layer_rows.items():
+        if not rows:
+            continue
+        lines += ["", f"Per-layer decode cost ({name}; ({max(args.layers)}-layer − {min(args.layers)}-layer time "
+                  f"per token) / {max(args.layers) - min(args.layers)}) against its bandwidth floor (the bytes one "
+                  "more layer adds per token / bandwidth):", "",
+                  "| type | MB/layer | floor ms | tern ms | tern / floor | llama.cpp ms | llama.cpp / floor |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for qtype, x in rows.items():
+            lines.append(f"| {qtype} | {x['bytes_per_layer'] / 1e6:.1f} | {x['floor_ms']:.3f} | {x['tern_ms']:.3f} | "
+                         f"{x['tern_vs_floor']:.2f} | {x['llama_ms']:.3f} | {x['llama_vs_floor']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
+def write_results(args, meta, results):
+    """Writes OUT/results.json and OUT/results.md for the models measured so far; returns the markdown."""
+    meta = dict(meta, loadavg_end=loadavg(), seconds=round(time.time() - meta["t_start"]))
+    layer_rows = {name: per_layer(results, args.layers, name, meta["bandwidth_gbs"])
+                  for kind, _, _, _, name in tests(args) if kind == "tg"}
+    md = markdown(meta, results, layer_rows, args)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"meta": meta, "models": results, "per_layer": layer_rows}, f, indent=1)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(md)
+    return md
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                        platform.machine())
+    except OSError:
+        return platform.machine()
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("-t", "--threads", type=int, default=2, help="threads for both engines")
-    ap.add_argument("-r", "--reps", type=int, default=2, help="timed repetitions of each test (after one warm-up)")
+    ap.add_argument("-r", "--reps", type=int, default=3, help="timed repetitions of each test (after one warm-up)")
     ap.add_argument("--types", default=",".join(TYPES), help=f"comma-separated, from {','.join(TYPES)}")
     ap.add_argument("--layers", default="4,8", help="comma-separated layer counts (multiples of 4)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"), help="GGUFs and results (reused)")
-    ap.add_argument("--tern", default=os.path.join(ROOT, "build", "tern"))
-    ap.add_argument("--membw", default=os.path.join(ROOT, "build", "tern_membw"))
-    ap.add_argument("-p", "--n-prompt", type=int, default=512)
-    ap.add_argument("-n", "--n-gen", type=int, default=128)
-    ap.add_argument("-d", "--depth", type=int, default=512, help="prompt tokens before the second decode test")
+    ap.add_argument("--small", action="store_true",
+                    help=f"{SMALL_EXPERTS} experts and a {SMALL_VOCAB}-token vocabulary (a smoke run)")
+    ap.add_argument("--tern", default=os.path.join(ROOT, "build", "tern"), help="the tern binary")
+    ap.add_argument("--membw", default=os.path.join(ROOT, "build", "tern_membw"), help="the bandwidth probe")
+    ap.add_argument("--peak", default=os.path.join(ROOT, "build", "tern_peak"),
+                    help="the compute-peak probe")
+    ap.add_argument("--llama-bin", help="folder with llama-bench and llama-quantize (none: bench/build_llamacpp.sh "
+                    "builds them once into its cache and says where)")
+    ap.add_argument("-p", "--n-prompt", type=int, default=512, help="prompt tokens of the prefill test")
+    ap.add_argument("-n", "--n-gen", type=int, default=128, help="generated tokens of the decode tests")
+    ap.add_argument("-d", "--depth", type=int, default=4096, help="prompt tokens before the second decode test")
     ap.add_argument("--generate-only", action="store_true", help="write the GGUFs and stop")
     args = ap.parse_args()
     types = [t for t in args.types.split(",") if t]
@@ -283,48 +356,42 @@ def main():
         ap.error("--layers: positive multiples of 4 (the 3:1 DeltaNet:attention pattern)")
     if args.threads < 1 or args.reps < 1 or args.n_prompt < 1 or args.n_gen < 1 or args.depth < 1:
         ap.error("-t, -r, -p, -n and -d must be >= 1")
-    for exe in ([] if args.generate_only else [args.tern, args.membw]):
+    for exe in ([] if args.generate_only else [args.tern, args.membw, args.peak]):
         if not os.access(exe, os.X_OK):
             sys.exit(f"error: {exe} not found; build first: bash scripts/build.sh build")
     try:
-        import llama_cpp
+        import gguf  # noqa: F401
     except ImportError:
-        sys.exit("error: llama-cpp-python is needed (pip install llama-cpp-python)")
+        sys.exit("error: the gguf Python package is needed (python3 -m pip install gguf numpy)")
 
-    ensure_models(args.out, args.layers, [t for t in types if t != "q8_0"], args.threads)
+    need_llama = not args.generate_only or any(t != "q8_0" for t in types)
+    llama = find_llama(args) if need_llama else {}
+    ensure_models(args, types, llama.get("llama-quantize"))
     if args.generate_only:
         return
-    loadavg_start = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    bw = membw(args.membw, args.threads)
-    bw_gbs = bw["read_gbs_best"]
-    log(f"memory read bandwidth: {bw_gbs:.2f} GB/s best ({bw['read_gbs_median']:.2f} median), {args.threads} threads")
-    t_start = time.time()
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(), "cpu": cpu_model(), "threads": args.threads, "reps": args.reps,
+            "small": args.small, "loadavg_start": loadavg(), "t_start": time.time(),
+            "llama_cpp_build": llama["build_info"].replace("\n", "; "), "llama_bench": llama["llama-bench"],
+            "tern_commit": subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
+                                          text=True).stdout.strip(),
+            "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}
+    bw = run_json([args.membw, "-t", str(args.threads), "--json"])
+    meta.update(membw=bw, bandwidth_gbs=bw["read_gbs_best"])
+    log(f"memory read bandwidth: {bw['read_gbs_best']:.2f} GB/s best ({bw['read_gbs_median']:.2f} median), "
+        f"{args.threads} threads")
+    peak = run_json([args.peak, "-t", str(args.threads), "--json"])
+    meta.update(peak=peak, cpu_flags=peak["cpu"])
+    log(f"compute peak: int8 {peak['int8_gmacs']:.1f} GMAC/s ({peak['int8_kernel']}), fp32 "
+        f"{peak['fp32_gflops']:.1f} GFLOP/s ({peak['fp32_kernel']}), {args.threads} threads")
     results = []
     for qtype in types:
         for n_layer in args.layers:
-            results.append(run_model(args, model_path(args.out, n_layer, qtype), bw_gbs))
-            md = write_results(args, results, bw, loadavg_start, t_start, llama_cpp.__version__)
+            results.append(run_model(args, model_path(args, n_layer, qtype), llama, meta["bandwidth_gbs"],
+                                     peak["int8_gmacs"]))
+            md = write_results(args, meta, results)
     print(md)
-    log(f"wrote {os.path.join(args.out, 'results.json')} and results.md ({round(time.time() - t_start)} s)")
-
-
-def write_results(args, results, bw, loadavg_start, t_start, llama_version):
-    """Writes OUT/results.json and OUT/results.md for the models measured so far; returns the markdown."""
-    bw_gbs = bw["read_gbs_best"]
-    layer_rows = {name: per_layer(results, args.layers, name, bw_gbs)
-                  for name in (f"tg{args.n_gen}", f"tg{args.n_gen} @ d{args.depth}")}
-    meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
-            "cpu": platform.processor() or platform.machine(), "threads": args.threads, "reps": args.reps,
-            "bandwidth_gbs": bw_gbs, "membw": bw, "llama_cpp_python": llama_version,
-            "loadavg_start": loadavg_start, "loadavg_end": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-            "seconds": round(time.time() - t_start), "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] +
-                                                                         sys.argv[1:])}
-    md = markdown(meta, results, layer_rows[f"tg{args.n_gen}"], args)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"meta": meta, "models": results, "per_layer": layer_rows}, f, indent=1)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(md)
-    return md
+    log(f"wrote {os.path.join(args.out, 'results.json')} and results.md ({round(time.time() - meta['t_start'])} s)")
 
 
 if __name__ == "__main__":

@@ -126,10 +126,11 @@ def tern_decode(args, budget, cgroup):
 
 
 def llama_decode(args, cgroup):
-    """llama.cpp in a child process (so the cgroup holds only it), timed by bench/e2e.py's LlamaCpp, with its weights
-    memory-mapped and not repacked: by default its CPU backend copies Q4_0 weights into repacked anonymous buffers,
-    which a memory limit below the model size kills (exit -9), while mapped pages can be dropped and re-read."""
-    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); from e2e import LlamaCpp; "
+    """llama.cpp in a child process (so the cgroup holds only it), timed by bench/llama_cpp_py.py's LlamaCpp, with
+    its weights memory-mapped and not repacked: by default its CPU backend copies Q4_0 weights into repacked anonymous
+    buffers, which a memory limit below the model size kills (exit -9), while mapped pages can be dropped and
+    re-read."""
+    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); from llama_cpp_py import LlamaCpp; "
             "l = LlamaCpp(sys.argv[2], int(sys.argv[3]), 256, mmap_only=True); l.tg(8); "
             "print(json.dumps({'tok_s': l.tg(int(sys.argv[4]))})); l.close()")
     cmd = [sys.executable, "-c", code, os.path.join(ROOT, "bench"), args.model, str(args.threads), str(args.n_gen)]

@@ -6,11 +6,15 @@ model's (4096 tokens); --vocab pads the vocabulary with unused `[PADi]` tokens, 
 Qwen vocabularies (Qwen3.5's is 248320). Not committed (about 0.5-0.9 GB per layer). Used by bench/e2e.py (which
 requantizes the Q8_0 file with llama.cpp's quantizer) and tests/serve/bench_batching.py's model.
 
-usage: make_bench_model.py OUT.gguf [--layers 4] [--vocab 4096] [--type q8_0|q4_0-experts] [--seed 7]
+--experts N keeps every width but routes top-8 among N experts (bench/e2e.py --small: files small enough for a
+smoke run).
+
+usage: make_bench_model.py OUT.gguf [--layers 4] [--vocab 4096] [--experts 256] [--type q8_0|q4_0-experts] [--seed 7]
 """
 import argparse
 import os
 import sys
+from dataclasses import replace
 
 import numpy as np
 import gguf
@@ -81,13 +85,16 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--layers", type=int, default=4, help="layers (a multiple of 4 keeps the 3:1 pattern)")
     ap.add_argument("--vocab", type=int, default=4096, help="vocabulary size (>= 4096)")
+    ap.add_argument("--experts", type=int, default=256, help="routed experts per layer (top-8 of them); >= 8")
     ap.add_argument("--type", choices=TYPES, default="q8_0")
     ap.add_argument("--seed", type=int, default=7)
     a = ap.parse_args()
     if a.layers < 1:
         sys.exit("error: --layers must be >= 1")
+    if a.experts < qg.REAL_WIDTHS.n_used:
+        sys.exit(f"error: --experts must be >= {qg.REAL_WIDTHS.n_used} (the experts each token uses)")
     rng = np.random.default_rng(a.seed)
-    g = qg.REAL_WIDTHS.with_layers(a.layers)
+    g = replace(qg.REAL_WIDTHS.with_layers(a.layers), n_expert=a.experts)
 
     def qtype(name, shape):
         if len(shape) == 1 or name.endswith(("ssm_conv1d.weight", "ffn_gate_inp.weight")):
