@@ -152,7 +152,7 @@ void Engine::repack_weights(bool experts_streamed) {
   const auto t0 = std::chrono::steady_clock::now();
   repack_ = model_->repack(experts_streamed ? RepackScope::kDense : RepackScope::kAll);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log::info("repacked %lld matrices for the kernels (%s, from %s in the file, whose pages were given back) in %.1f s%s",
+  if (repack_.matrices > 0) log::info("repacked %lld matrices for the kernels (%s, from %s in the file, whose pages were given back) in %.1f s%s",
             static_cast<long long>(repack_.matrices), format_bytes(repack_.bytes).c_str(),
             format_bytes(repack_.file_bytes).c_str(), s, experts_streamed ? "; streamed experts are repacked as read" : "");
   if (!repack_.kept.empty())

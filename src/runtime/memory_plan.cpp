@@ -76,10 +76,10 @@ MemoryPlan plan_memory(const gguf::File& f, const Config& c, const MemoryRequest
   p.n_expert = c.n_expert;
   p.budget = r.budget;
   p.expert_bytes.assign(static_cast<size_t>(c.n_layer), 0);
-  p.repacked = r.repack;
   for (const gguf::TensorInfo& t : f.tensors()) {
     const int64_t il = block_of(t.name);
     if (il >= c.n_layer) continue;  // MTP blocks: never loaded
+    p.repacked |= models::qwen35moe::tensor_repacked(t, c, r.repack, true);
     const uint64_t bytes = models::qwen35moe::resident_tensor_bytes(t, c, r.repack, true);
     if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
       p.experts += bytes;
@@ -126,8 +126,9 @@ MemoryPlan plan_memory(const gguf::File& f, const Config& c, const MemoryRequest
                   static_cast<long long>(p.slots), static_cast<long long>(c.n_expert),
                   100.0 * static_cast<double>(p.slots) / static_cast<double>(c.n_expert));
   } else {
-    std::snprintf(line, sizeof line, "%s", r.budget > 0 ? "fits: all weights memory-mapped"
-                                                        : "no budget: all weights memory-mapped (the page cache decides)");
+    std::snprintf(line, sizeof line, "%s%s", r.budget > 0 ? "fits: all weights in memory" : "no budget: all weights in memory",
+                  p.repacked ? " (matrices repacked for the kernels, the rest memory-mapped)"
+                             : ", memory-mapped (the page cache decides)");
   }
   p.verdict = line;
   return p;

@@ -173,13 +173,17 @@ bool is_expert_tensor(std::string_view name) { return name.find("_exps.") != std
 
 }  // namespace
 
-uint64_t resident_tensor_bytes(const gguf::TensorInfo& t, const Config& c, bool repack, bool repack_experts) {
+bool tensor_repacked(const gguf::TensorInfo& t, const Config& c, bool repack, bool repack_experts) {
   // Matrices of at least one 8-row group; a lone row (the shared expert's gate) stays as it is.
   const bool matrix = t.ne[1] * t.ne[2] * t.ne[3] >= quant::kRepackRows && t.name != "token_embd.weight";
   const bool expert = is_expert_tensor(t.name);
-  if (!repack || !matrix || !quant::has_repacked(t.type) || (expert && (!repack_experts || !expert_rows_grouped(c))))
-    return t.n_bytes;
-  return quant::repacked_bytes(t.type, t.ne[1] * t.ne[2] * t.ne[3], t.ne[0]);
+  return repack && matrix && quant::has_repacked(t.type) && (!expert || (repack_experts && expert_rows_grouped(c)));
+}
+
+uint64_t resident_tensor_bytes(const gguf::TensorInfo& t, const Config& c, bool repack, bool repack_experts) {
+  return tensor_repacked(t, c, repack, repack_experts)
+             ? quant::repacked_bytes(t.type, t.ne[1] * t.ne[2] * t.ne[3], t.ne[0])
+             : t.n_bytes;
 }
 
 uint64_t repack_extra_bytes(const gguf::File& f, const Config& c, bool repack) {

@@ -75,6 +75,7 @@ struct RepackReport {
 
 // Resident bytes of one GGUF tensor when the model is repacked (repack_experts: the routed experts too), from
 // the header alone: the memory planner's figure, computed by the same rules as Model::repack.
+bool tensor_repacked(const gguf::TensorInfo& t, const Config& c, bool repack, bool repack_experts);
 uint64_t resident_tensor_bytes(const gguf::TensorInfo& t, const Config& c, bool repack, bool repack_experts);
 // Extra bytes a repacked model holds beyond its tensors: the LM head's own repacked copy when it is tied to
 // the token embeddings (which stay in the file layout for the lookup).
