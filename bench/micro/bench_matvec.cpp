@@ -135,13 +135,15 @@ const int kRegistered = [] {
             ->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
       }
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
-    for (Type t : {Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q5_K, Type::Q6_K})
+    for (Type t : types) {
+      if (!has_repacked(t)) continue;  // the float types
       for (const auto& s : shapes) {
         const std::string name = std::string("BM_matvec_x8/") + type_name(t) + "/" + isa_name(isa) + "/" +
                                  std::to_string(s[0]) + "x" + std::to_string(s[1]);
         benchmark::RegisterBenchmark(name.c_str(), bm_matvec_x8, t, isa, s[0], s[1])
             ->Args({1, 1})->Args({2, 1})->Args({2, 64})->Unit(benchmark::kMicrosecond)->UseRealTime();
       }
+    }
   return 0;
 }();
 

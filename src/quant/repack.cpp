@@ -42,6 +42,52 @@ uint16_t get16(const uint8_t* p) {
   return v;
 }
 
+// Q5_0 / Q5_1 high bits: the file's qh word has bit j = element j. The x8 word has them transposed so that a
+// piece's 4 bytes need one uniform shift: bit 8i + k = element 4k + i (low nibble of qs byte 4k + i), bit
+// 8i + 4 + k = element 16 + 4k + i (its high nibble), for byte i = 0..3 and piece k = 0..3. A bijection of the
+// 32 bits, so the round trip is exact.
+uint32_t qh_to_x8(uint32_t q) {
+  uint32_t t = 0;
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 4; ++k) {
+      t |= ((q >> (4 * k + i)) & 1u) << (8 * i + k);
+      t |= ((q >> (16 + 4 * k + i)) & 1u) << (8 * i + 4 + k);
+    }
+  return t;
+}
+uint32_t qh_from_x8(uint32_t t) {
+  uint32_t q = 0;
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 4; ++k) {
+      q |= ((t >> (8 * i + k)) & 1u) << (4 * k + i);
+      q |= ((t >> (8 * i + 4 + k)) & 1u) << (16 + 4 * k + i);
+    }
+  return q;
+}
+
+// Q3_K's 12-byte field <-> 16 scales as int8, already minus 32 (detail::unpack_q3_k_scales and its inverse;
+// all 96 bits are used, so the round trip is exact).
+void pack_q3_k_scales(const int8_t sc[16], uint8_t* s) {
+  std::memset(s, 0, 12);
+  for (int j = 0; j < 16; ++j) {
+    const int v = sc[j] + 32;
+    s[j % 8] |= static_cast<uint8_t>((v & 0xF) << (j < 8 ? 0 : 4));
+    s[8 + j % 4] |= static_cast<uint8_t>((v >> 4) << (2 * (j / 4)));
+  }
+}
+
+// IQ4_XS's scales_h (2 bits each) and scales_l (4 bits each) <-> 8 scales as int8, minus 32 (exact: 48 bits).
+void pack_iq4_xs_scales(const int8_t sc[8], uint16_t* scales_h, uint8_t* scales_l) {
+  uint16_t h = 0;
+  std::memset(scales_l, 0, 4);
+  for (int c = 0; c < 8; ++c) {
+    const int v = sc[c] + 32;
+    scales_l[c / 2] |= static_cast<uint8_t>((v & 0xF) << (4 * (c % 2)));
+    h = static_cast<uint16_t>(h | ((v >> 4) << (2 * c)));
+  }
+  *scales_h = h;
+}
+
 // Copies `n_pieces` 4-byte pieces of one row's block (src, at src_off) into piece slots of a group block.
 // to_group: src row bytes -> group; else group -> row bytes.
 void pieces(bool to_group, uint8_t* row, size_t row_off, uint8_t* grp, size_t grp_off, int n_pieces, int r) {
@@ -53,9 +99,92 @@ void pieces(bool to_group, uint8_t* row, size_t row_off, uint8_t* grp, size_t gr
   }
 }
 
+// One fp16 / byte of a row <-> its slot r of a per-row array in the group block (8 entries of that size).
+void slot16(bool to_group, uint16_t* row, uint8_t* grp, size_t grp_off, int r) {
+  if (to_group) put16(grp + grp_off + 2 * r, *row);
+  else *row = get16(grp + grp_off + 2 * r);
+}
+void slot8(bool to_group, void* row, uint8_t* grp, size_t grp_off, int r) {
+  if (to_group) std::memcpy(grp + grp_off + r, row, 1);
+  else std::memcpy(row, grp + grp_off + r, 1);
+}
+
+// Q5_0 / Q5_1 qh: the row's 4 bytes <-> the transposed word in slot r.
+void qh_word(bool to_group, uint8_t* row_qh, uint8_t* grp, size_t grp_off, int r) {
+  uint32_t v;
+  if (to_group) {
+    std::memcpy(&v, row_qh, 4);
+    v = qh_to_x8(v);
+    std::memcpy(grp + grp_off + 4 * r, &v, 4);
+  } else {
+    std::memcpy(&v, grp + grp_off + 4 * r, 4);
+    v = qh_from_x8(v);
+    std::memcpy(row_qh, &v, 4);
+  }
+}
+
 // One row's block <-> its slot r in a group block. `row` is the file-layout block (to_group: read from it).
 void convert_block(Type w, bool to_group, uint8_t* row, uint8_t* grp, int r) {
   switch (w) {
+    case Type::Q4_1: {
+      auto* b = reinterpret_cast<BlockQ4_1*>(row);
+      slot16(to_group, &b->d, grp, 0, r), slot16(to_group, &b->m, grp, kQ4_1_m, r);
+      pieces(to_group, b->qs, 0, grp, kQ4_1_qs, 4, r);
+      break;
+    }
+    case Type::Q5_0: {
+      auto* b = reinterpret_cast<BlockQ5_0*>(row);
+      slot16(to_group, &b->d, grp, 0, r);
+      qh_word(to_group, b->qh, grp, kQ5_0_qh, r);
+      pieces(to_group, b->qs, 0, grp, kQ5_0_qs, 4, r);
+      break;
+    }
+    case Type::Q5_1: {
+      auto* b = reinterpret_cast<BlockQ5_1*>(row);
+      slot16(to_group, &b->d, grp, 0, r), slot16(to_group, &b->m, grp, kQ5_1_m, r);
+      qh_word(to_group, b->qh, grp, kQ5_1_qh, r);
+      pieces(to_group, b->qs, 0, grp, kQ5_1_qs, 4, r);
+      break;
+    }
+    case Type::IQ4_NL: {
+      auto* b = reinterpret_cast<BlockIQ4_NL*>(row);
+      slot16(to_group, &b->d, grp, 0, r);
+      pieces(to_group, b->qs, 0, grp, kIQ4_NL_qs, 4, r);
+      break;
+    }
+    case Type::Q2_K: {
+      auto* b = reinterpret_cast<BlockQ2_K*>(row);
+      slot16(to_group, &b->d, grp, 0, r), slot16(to_group, &b->dmin, grp, kQ2_K_dmin, r);
+      for (int j = 0; j < 16; ++j) slot8(to_group, &b->scales[j], grp, kQ2_K_sc + 8 * j, r);  // file bytes
+      pieces(to_group, b->qs, 0, grp, kQ2_K_qs, 16, r);  // [h][k] = piece 8h + k = bytes 32h + 4k
+      break;
+    }
+    case Type::Q3_K: {
+      auto* b = reinterpret_cast<BlockQ3_K*>(row);
+      slot16(to_group, &b->d, grp, 0, r);
+      int8_t sc[16];
+      if (to_group) {
+        int32_t v[16];
+        detail::unpack_q3_k_scales(b->scales, v);
+        for (int j = 0; j < 16; ++j) sc[j] = static_cast<int8_t>(v[j]);
+      }
+      for (int j = 0; j < 16; ++j) slot8(to_group, &sc[j], grp, kQ3_K_sc + 8 * j, r);
+      if (!to_group) pack_q3_k_scales(sc, b->scales);
+      pieces(to_group, b->hmask, 0, grp, kQ3_K_hm, 8, r);
+      pieces(to_group, b->qs, 0, grp, kQ3_K_qs, 16, r);  // as Q2_K
+      break;
+    }
+    case Type::IQ4_XS: {
+      auto* b = reinterpret_cast<BlockIQ4_XS*>(row);
+      slot16(to_group, &b->d, grp, 0, r);
+      int8_t sc[8];
+      if (to_group)
+        for (int c = 0; c < 8; ++c) sc[c] = static_cast<int8_t>(detail::iq4_xs_scale(b->scales_h, b->scales_l, c));
+      for (int c = 0; c < 8; ++c) slot8(to_group, &sc[c], grp, kIQ4_XS_sc + 8 * c, r);
+      if (!to_group) pack_iq4_xs_scales(sc, &b->scales_h, b->scales_l);
+      pieces(to_group, b->qs, 0, grp, kIQ4_XS_qs, 32, r);  // [c][k] = piece 4c + k = bytes 16c + 4k
+      break;
+    }
     case Type::Q4_0: {
       auto* b = reinterpret_cast<BlockQ4_0*>(row);
       if (to_group) put16(grp + 2 * r, b->d);
@@ -115,7 +244,8 @@ void convert_block(Type w, bool to_group, uint8_t* row, uint8_t* grp, int r) {
 
 void check_repacked(Type w, int64_t n_in, const char* what) {
   if (!has_repacked(w))
-    fail("%s: weight type %s has no repacked layout (repacked: q4_0 q8_0 q4_K q5_K q6_K)", what, type_name(w));
+    fail("%s: weight type %s has no repacked layout (repacked: q4_0 q4_1 q5_0 q5_1 q8_0 iq4_nl q2_K q3_K q4_K "
+         "q5_K q6_K iq4_xs)", what, type_name(w));
   const int64_t bs = traits(w).block_size;
   if (n_in <= 0 || n_in % bs != 0)
     fail("%s: row length %lld is not a positive multiple of %s's block size %lld", what,
@@ -133,13 +263,18 @@ RepackFn repack_fn(Type w, Isa isa) {
 
 }  // namespace
 
-bool has_repacked(Type w) {
-  return w == Type::Q4_0 || w == Type::Q8_0 || w == Type::Q4_K || w == Type::Q5_K || w == Type::Q6_K;
-}
+bool has_repacked(Type w) { return repacked_block_bytes(w) != 0; }
 
 size_t repacked_block_bytes(Type w) {
   switch (w) {
     case Type::Q4_0: return kQ4_0_block;
+    case Type::Q4_1: return kQ4_1_block;
+    case Type::Q5_0: return kQ5_0_block;
+    case Type::Q5_1: return kQ5_1_block;
+    case Type::IQ4_NL: return kIQ4_NL_block;
+    case Type::Q2_K: return kQ2_K_block;
+    case Type::Q3_K: return kQ3_K_block;
+    case Type::IQ4_XS: return kIQ4_XS_block;
     case Type::Q8_0: return kQ8_0_block;
     case Type::Q4_K: return kQ4_K_block;
     case Type::Q5_K: return kQ5_K_block;

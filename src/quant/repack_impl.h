@@ -14,6 +14,19 @@ constexpr size_t kQ8_0_qs = 16, kQ8_0_block = 272;
 constexpr size_t kQ4_K_dmin = 16, kQ4_K_sc = 32, kQ4_K_mn = 96, kQ4_K_qs = 160, kQ4_K_block = 1184;
 constexpr size_t kQ5_K_qh = 160, kQ5_K_qs = 416, kQ5_K_block = 1440;  // d, dmin, sc, mn as Q4_K
 constexpr size_t kQ6_K_sc = 16, kQ6_K_ql = 144, kQ6_K_qh = 1168, kQ6_K_block = 1680;
+constexpr size_t kQ4_1_m = 16, kQ4_1_qs = 32, kQ4_1_block = 160;
+constexpr size_t kQ5_0_qh = 16, kQ5_0_qs = 48, kQ5_0_block = 176;
+constexpr size_t kQ5_1_m = 16, kQ5_1_qh = 32, kQ5_1_qs = 64, kQ5_1_block = 192;
+constexpr size_t kIQ4_NL_qs = 16, kIQ4_NL_block = 144;
+constexpr size_t kQ2_K_dmin = 16, kQ2_K_sc = 32, kQ2_K_qs = 160, kQ2_K_block = 672;
+constexpr size_t kQ3_K_sc = 16, kQ3_K_hm = 144, kQ3_K_qs = 400, kQ3_K_block = 912;
+constexpr size_t kIQ4_XS_sc = 16, kIQ4_XS_qs = 80, kIQ4_XS_block = 1104;
+// Each layout's fields end where the next begins (d/m/dmin: 8 x 2 bytes; a piece array: pieces x 32 bytes).
+static_assert(kQ4_1_qs + 4 * 32 == kQ4_1_block && kQ5_0_qs + 4 * 32 == kQ5_0_block && kQ5_1_qh + 32 == kQ5_1_qs);
+static_assert(kQ5_1_qs + 4 * 32 == kQ5_1_block && kIQ4_NL_qs + 4 * 32 == kIQ4_NL_block);
+static_assert(kQ2_K_sc + 16 * 8 == kQ2_K_qs && kQ2_K_qs + 16 * 32 == kQ2_K_block);
+static_assert(kQ3_K_sc + 16 * 8 == kQ3_K_hm && kQ3_K_hm + 8 * 32 == kQ3_K_qs && kQ3_K_qs + 16 * 32 == kQ3_K_block);
+static_assert(kIQ4_XS_sc + 8 * 8 == kIQ4_XS_qs && kIQ4_XS_qs + 32 * 32 == kIQ4_XS_block);
 }  // namespace x8
 
 struct RepackArgs {

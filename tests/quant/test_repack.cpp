@@ -24,7 +24,8 @@ using namespace tern::quant;
 
 namespace {
 
-const Type kTypes[] = {Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q5_K, Type::Q6_K};
+const Type kTypes[] = {Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q5_1, Type::Q8_0, Type::IQ4_NL,
+                       Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::IQ4_XS};
 const Isa kIsas[] = {Isa::kAvx2, Isa::kAvx512};
 
 uint32_t bits(float f) {
@@ -47,7 +48,9 @@ std::vector<uint8_t> random_rows(Type t, int64_t n_rows, int64_t n_in, std::mt19
   for (size_t off = 0; off < w.size(); off += tt.type_size) {
     uint8_t* blk = &w[off];
     switch (t) {
-      case Type::Q4_K: case Type::Q5_K: put(blk, mag(rng)), put(blk + 2, mag(rng)); break;
+      case Type::Q4_1: case Type::Q5_1: case Type::Q4_K: case Type::Q5_K: put(blk, mag(rng)), put(blk + 2, mag(rng)); break;
+      case Type::Q2_K: put(blk + offsetof(BlockQ2_K, d), mag(rng)), put(blk + offsetof(BlockQ2_K, dmin), mag(rng)); break;
+      case Type::Q3_K: put(blk + offsetof(BlockQ3_K, d), mag(rng)); break;
       case Type::Q6_K: put(blk + offsetof(BlockQ6_K, d), mag(rng)); break;
       default: put(blk, mag(rng)); break;
     }
@@ -116,13 +119,28 @@ TEST(Repack, SizesMatchLayouts) {
   EXPECT_EQ(repacked_bytes(Type::Q6_K, 8, 256), 8u * 210);
   EXPECT_EQ(repacked_bytes(Type::Q4_K, 9, 256), 2u * 1184);   // a tail group is padded to 8 rows
   EXPECT_EQ(repacked_bytes(Type::Q5_K, 8, 512), 2u * 1440);
+  EXPECT_EQ(repacked_bytes(Type::Q4_1, 8, 32), 8u * 20);       // the 32-blocks: same bytes as the file
+  EXPECT_EQ(repacked_bytes(Type::Q5_0, 8, 32), 8u * 22);
+  EXPECT_EQ(repacked_bytes(Type::Q5_1, 8, 32), 8u * 24);
+  EXPECT_EQ(repacked_bytes(Type::IQ4_NL, 8, 32), 8u * 18);
+  EXPECT_EQ(repacked_bytes(Type::Q2_K, 8, 256), 8u * 84);
+  EXPECT_EQ(repacked_bytes(Type::Q3_K, 8, 256), 912u);        // 8 x 110 + 32: scales unpacked to one byte
+  EXPECT_EQ(repacked_bytes(Type::IQ4_XS, 8, 256), 1104u);     // 8 x 136 + 16: scales unpacked to one byte
+  // Every quantized type with kernels has a layout, and each stays within 5% of the file's bytes.
+  for (uint32_t id = 0; id < 64; ++id) {
+    const auto tt = type_traits(id);
+    if (!tt || !tt->compute || tt->type == Type::F32 || tt->type == Type::F16 || tt->type == Type::BF16) continue;
+    ASSERT_TRUE(has_repacked(tt->type)) << tt->name;
+    EXPECT_LE(repacked_block_bytes(tt->type), 8 * tt->type_size * 105 / 100) << tt->name;
+  }
   EXPECT_FALSE(has_repacked(Type::F16));
-  EXPECT_FALSE(has_repacked(Type::IQ4_XS));
+  EXPECT_FALSE(has_repacked(Type::IQ2_XXS));
   try {
-    repacked_bytes(Type::Q3_K, 8, 256);
+    repacked_bytes(Type::F16, 8, 256);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("q3_K has no repacked layout"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("f16 has no repacked layout (repacked: q4_0 q4_1"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -197,8 +215,24 @@ TEST(Repack, IsasBitIdenticalToRef) {
   }
 }
 
-// The same product through the file layout's kernels agrees to float rounding (different reduction order), so
-// repacking changes no model output beyond its tolerance.
+// What the file layout's Q4_1 / Q5_1 path may differ by beyond rounding: it takes the min term m * sum(x) from
+// Q8_1's s = d * sum(q) stored as fp16 (relative error <= 2^-11), where the repacked path uses the exact
+// integer sum. Bound: sum over blocks of |m| * |s| * 2^-11. Zero for the other types.
+double min_term_slack(Type t, const uint8_t* w_row, const float* x, int64_t n_in) {
+  if (t != Type::Q4_1 && t != Type::Q5_1) return 0.0;
+  std::vector<BlockQ8_1> xq(n_in / 32);
+  quantize_act(t, x, xq.data(), n_in, Isa::kRef);
+  double slack = 0.0;
+  for (int64_t b = 0; b < n_in / 32; ++b) {
+    uint16_t m;  // both blocks start with d, m
+    std::memcpy(&m, w_row + b * traits(t).type_size + 2, 2);
+    slack += std::fabs(fp16_to_fp32(m)) * std::fabs(fp16_to_fp32(xq[b].s)) * 0x1p-11;
+  }
+  return slack;
+}
+
+// The same product through the file layout's kernels agrees to float rounding (different reduction order; for
+// Q4_1 / Q5_1 also min_term_slack), so repacking changes no model output beyond its tolerance.
 TEST(Repack, AgreesWithFileLayoutGemm) {
   std::mt19937 rng(4);
   const Isa isa = best_isa();
@@ -214,7 +248,11 @@ TEST(Repack, AgreesWithFileLayoutGemm) {
     matmul_repacked(t, packed.data(), n_rows, n_in, x.data(), n_tok, y_x8.data(), isa);
     double mag = 0;
     for (float v : y_file) mag = std::max(mag, std::fabs(static_cast<double>(v)));
-    for (size_t i = 0; i < y_file.size(); ++i) ASSERT_NEAR(y_x8[i], y_file[i], 1e-5 * mag) << type_name(t) << " " << i;
+    for (size_t i = 0; i < y_file.size(); ++i) {
+      const int64_t tok = static_cast<int64_t>(i) / n_rows, r = static_cast<int64_t>(i) % n_rows;
+      const double slack = min_term_slack(t, w.data() + r * rs, x.data() + tok * n_in, n_in);
+      ASSERT_NEAR(y_x8[i], y_file[i], 1e-5 * mag + slack) << type_name(t) << " " << i;
+    }
   }
 }
 

@@ -210,9 +210,258 @@ void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
   }
 }
 
+// Sums of u8 x s8 products per row lane for runs longer than one int16 partial allows: AVX2 keeps an int16
+// partial that the caller flushes (widens into int32) before its bound, VNNI sums straight into int32.
+template <class Ops>
+struct Acc32 {
+  __m256i v32 = _mm256_setzero_si256(), v16 = _mm256_setzero_si256();
+  void add(__m256i u, __m256i s) {
+    if constexpr (Ops::kVnni) v32 = Ops::dpbusd(v32, u, s);
+    else v16 = _mm256_add_epi16(v16, _mm256_maddubs_epi16(u, s));
+  }
+  void flush() {
+    if constexpr (!Ops::kVnni) {
+      v32 = _mm256_add_epi32(v32, _mm256_madd_epi16(v16, _mm256_set1_epi16(1)));
+      v16 = _mm256_setzero_si256();
+    }
+  }
+  __m256i i32() {
+    flush();
+    return v32;
+  }
+};
+
+inline __m256i pair16(int32_t lo, int32_t hi) {  // int32 lanes of the int16 pair (lo, hi)
+  return _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(hi) << 16) | (lo & 0xFFFF)));
+}
+inline __m256i i8x8_to_i32(const uint8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The IQ4 code book in both 128-bit halves for pshufb: signed (AVX2) or plus 128 as u8 (VNNI, 1..241).
+template <class Ops>
+inline __m256i iq4_table() {
+  const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kValuesIq4nl)));
+  return Ops::kVnni ? _mm256_xor_si256(t, b8(0x80)) : t;
+}
+
+// One 32-byte vector v of IQ4 values (from iq4_table) against the broadcast activation piece xb, for the int32
+// lanes of `sum`. AVX2: |v| times the activation with v's sign moved onto it (the Q8_0 trick); |v| <= 127 so a
+// maddubs pair is <= 2 * 127 * 127 = 32258 and is widened at once, by madd with `mul` ((1, 1) or the
+// sub-block's (sc, sc)). An unsigned offset (v + 128, to 241) would let pairs reach 2 * 241 * 127 = 61214 and
+// saturate maddubs, hence the sign trick. VNNI: dpbusd has no int16 stage, so it takes v + 128 unsigned and
+// the caller removes 128 * sum x, one op per token instead of three.
+template <class Ops>
+inline __m256i iq4_dot(__m256i sum, __m256i v, __m256i v_abs, __m256i xb, __m256i mul) {
+  if constexpr (Ops::kVnni) return Ops::dpbusd(sum, v, xb);
+  else return _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(v_abs, _mm256_sign_epi8(xb, v)), mul));
+}
+
+// ---- Q4_1 / Q5_0 / Q5_1: unsigned values (to 15 / 31), 4 pieces of nibble pairs per block; the Q5 types OR
+// in bit 4 from the transposed qh word (repack.h) with one shift per half-piece. AVX2 int16 partials: Q4_1 8
+// maddubs <= 8 * 2 * 15 * 127 = 30480; Q5 flushed after 4 maddubs, <= 4 * 2 * 31 * 127 = 31496.
+template <class Ops, int NT, Type kW>
+void b32u(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
+  constexpr bool kQ5 = kW != Type::Q4_1, kMin = kW != Type::Q5_0;
+  constexpr size_t kBlock = kW == Type::Q4_1 ? x8::kQ4_1_block : kW == Type::Q5_0 ? x8::kQ5_0_block : x8::kQ5_1_block;
+  constexpr size_t kQs = kW == Type::Q4_1 ? x8::kQ4_1_qs : kW == Type::Q5_0 ? x8::kQ5_0_qs : x8::kQ5_1_qs;
+  constexpr size_t kQh = kW == Type::Q5_0 ? x8::kQ5_0_qh : x8::kQ5_1_qh;
+  static_assert(x8::kQ4_1_m == x8::kQ5_1_m);
+  const __m256i m4 = b8(0x0F), bit4 = b8(0x10);
+  for (int64_t b = 0; b < nb; ++b, g += kBlock) {
+    for (size_t l = 0; l < kBlock; l += 64) prefetch(g + kPrefetch + l);
+    Acc32<Ops> s[NT];
+    const __m256i qh = kQ5 ? load(g + kQh) : _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i raw = load(g + kQs + 32 * k);
+      __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      if constexpr (kQ5) {  // bit 8i + k -> bit 4 of byte i (low nibbles); bit 8i + 4 + k -> bit 4 (high)
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4 - k), bit4));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(qh, k), bit4));
+      }
+      for (int t = 0; t < NT; ++t) {
+        const auto* x = reinterpret_cast<const BlockQ8_0S*>(xr[t]) + b;
+        s[t].add(lo, bcast4(x->qs + 4 * k));
+        s[t].add(hi, bcast4(x->qs + 16 + 4 * k));
+        if (kQ5 && k == 1) s[t].flush();
+      }
+    }
+    const __m256 dw = load_h8(g);
+    for (int t = 0; t < NT; ++t) {
+      const auto* x = reinterpret_cast<const BlockQ8_0S*>(xr[t]) + b;
+      __m256i isum = s[t].i32();
+      if constexpr (kW == Type::Q5_0) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(16 * x->s));
+      const __m256 dx = _mm256_set1_ps(_cvtsh_ss(x->d));
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum), acc[t]);
+      if constexpr (kMin)
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(load_h8(g + x8::kQ4_1_m), dx), _mm256_set1_ps(static_cast<float>(x->s)),
+                                 acc[t]);
+    }
+  }
+}
+
+// ---- IQ4_NL: 4 pieces of nibble pairs per block through the code book (iq4_dot).
+template <class Ops, int NT>
+void iq4_nl(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
+  const __m256i m4 = b8(0x0F), tab = iq4_table<Ops>(), one = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b, g += x8::kIQ4_NL_block) {
+    prefetch(g + kPrefetch), prefetch(g + kPrefetch + 64), prefetch(g + kPrefetch + 128);
+    __m256i s[NT];
+    for (int t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i raw = load(g + x8::kIQ4_NL_qs + 32 * k);
+      const __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(raw, m4));
+      const __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+      const __m256i lo_abs = _mm256_abs_epi8(lo), hi_abs = _mm256_abs_epi8(hi);  // unused with VNNI
+      for (int t = 0; t < NT; ++t) {
+        const auto* x = reinterpret_cast<const BlockQ8_0S*>(xr[t]) + b;
+        s[t] = iq4_dot<Ops>(s[t], lo, lo_abs, bcast4(x->qs + 4 * k), one);
+        s[t] = iq4_dot<Ops>(s[t], hi, hi_abs, bcast4(x->qs + 16 + 4 * k), one);
+      }
+    }
+    const __m256 dw = load_h8(g);
+    for (int t = 0; t < NT; ++t) {
+      const auto* x = reinterpret_cast<const BlockQ8_0S*>(xr[t]) + b;
+      __m256i isum = s[t];
+      if constexpr (Ops::kVnni) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(128 * x->s));
+      const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(x->d)));
+      acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[t]);
+    }
+  }
+}
+
+// ---- Q2_K / Q3_K: 16 pieces of 4 2-bit values (qs byte 32h + 4k + i, bits 2s: element 128h + 32s + 4k + i),
+// so sub-block j = 8h + 2s + kh is pieces 8h + 4kh .. 8h + 4kh + 3 at shift 2s; Q3_K ORs in bit 4h + s of its
+// hmask piece k as 4 (u = 0..7). Per sub-block, AVX2 int16 sums of 4 maddubs (Q2_K <= 4 * 2 * 3 * 127 = 3048,
+// Q3_K <= 4 * 2 * 7 * 127 = 7112), then madd with the sub-block's scale. Q2_K's mins: madd of the (mn_2p,
+// mn_2p+1) pairs with the bsum pair (<= 2 * 15 * 2032). Q3_K's -4: sc_j * (-2 bsum_j) twice per lane (madd).
+template <class Ops, int NT, bool kQ3>
+void k2(const uint8_t* g, const uint8_t* const* xr, __m256i* isum) {  // xr: this super-block of each token
+  constexpr size_t kQs = kQ3 ? x8::kQ3_K_qs : x8::kQ2_K_qs, kSc = kQ3 ? x8::kQ3_K_sc : x8::kQ2_K_sc;
+  const __m256i m3 = b8(3);
+  for (int h = 0; h < 2; ++h)
+    for (int kh = 0; kh < 2; ++kh) {
+      for (int k = 4 * kh; k < 4 * kh + 4; ++k) prefetch(g + kQs + 32 * (8 * h + k) + kPrefetch);
+      if constexpr (kQ3) prefetch(g + x8::kQ3_K_hm + 64 * (2 * h + kh) + kPrefetch);
+      for (int s = 0; s < 4; ++s) {
+        const int j = 8 * h + 2 * s + kh;
+        __m256i sc;
+        if constexpr (kQ3) {
+          sc = dup_i8(g + kSc + 8 * j);
+          for (int t = 0; t < NT; ++t) {
+            const int32_t m2 = -2 * reinterpret_cast<const BlockQ8_K*>(xr[t])->bsums[j];
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(sc, pair16(m2, m2)));
+          }
+        } else {
+          sc = _mm256_and_si256(dup_u8(g + kSc + 8 * j), _mm256_set1_epi32(0x000F000F));
+        }
+        Acc<Ops> a[NT];
+        for (int k = 4 * kh; k < 4 * kh + 4; ++k) {
+          __m256i q = _mm256_and_si256(_mm256_srli_epi16(load(g + kQs + 32 * (8 * h + k)), 2 * s), m3);
+          if constexpr (kQ3) {
+            const int bit = 4 * h + s;
+            const __m256i hm = load(g + x8::kQ3_K_hm + 32 * k);
+            const __m256i hb = bit >= 2 ? _mm256_srli_epi16(hm, bit - 2) : _mm256_slli_epi16(hm, 2 - bit);
+            q = _mm256_or_si256(q, _mm256_and_si256(hb, b8(4)));
+          }
+          for (int t = 0; t < NT; ++t)
+            a[t].add(q, bcast4(reinterpret_cast<const BlockQ8_K*>(xr[t])->qs + 128 * h + 32 * s + 4 * k));
+        }
+        for (int t = 0; t < NT; ++t) isum[t] = _mm256_add_epi32(isum[t], a[t].scaled(sc));
+      }
+    }
+}
+
+template <class Ops, int NT, bool kQ3>
+void q2_q3_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
+  constexpr size_t kBlock = kQ3 ? x8::kQ3_K_block : x8::kQ2_K_block;
+  for (int64_t b = 0; b < nb; ++b, g += kBlock) {
+    const uint8_t* xb[NT];
+    for (int t = 0; t < NT; ++t) xb[t] = xr[t] + b * sizeof(BlockQ8_K);
+    __m256i isum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    k2<Ops, NT, kQ3>(g, xb, isum);
+    const __m256 d = load_h8(g);
+    if constexpr (kQ3) {
+      for (int t = 0; t < NT; ++t) {
+        const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(reinterpret_cast<const BlockQ8_K*>(xb[t])->d));
+        acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum[t]), acc[t]);
+      }
+    } else {
+      __m256i msum[NT];
+      for (int t = 0; t < NT; ++t) msum[t] = _mm256_setzero_si256();
+      for (int p = 0; p < 8; ++p) {  // bytes of sub-blocks 2p and 2p + 1 -> (mn_2p, mn_2p+1) per row
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + x8::kQ2_K_sc + 16 * p));
+        const __m128i il = _mm_unpacklo_epi8(v, _mm_srli_si128(v, 8));
+        const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(il, 4), _mm_set1_epi8(0x0F)));
+        for (int t = 0; t < NT; ++t) {
+          const BlockQ8_K& x = *reinterpret_cast<const BlockQ8_K*>(xb[t]);
+          msum[t] = _mm256_add_epi32(msum[t], _mm256_madd_epi16(mn, pair16(x.bsums[2 * p], x.bsums[2 * p + 1])));
+        }
+      }
+      const __m256 dmin = load_h8(g + x8::kQ2_K_dmin);
+      for (int t = 0; t < NT; ++t) {
+        const __m256 dx = _mm256_set1_ps(reinterpret_cast<const BlockQ8_K*>(xb[t])->d);
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum[t]), acc[t]);
+      }
+    }
+  }
+}
+
+// ---- IQ4_XS: sub-block c (32 elements) is pieces 4c .. 4c + 3 of nibble pairs (low: element 32c + 4k + i,
+// high: 32c + 16 + 4k + i) through the code book (iq4_dot). AVX2 widens each maddubs by madd with (sc, sc)
+// (<= 2 * 32258 * 32 per lane); VNNI sums the sub-block in int32, removes 128 * (its two bsums) and multiplies
+// by sc (|sum| <= 32 * 241 * 127).
+template <class Ops, int NT>
+void iq4_xs(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
+  const __m256i m4 = b8(0x0F), tab = iq4_table<Ops>();
+  for (int64_t b = 0; b < nb; ++b, g += x8::kIQ4_XS_block) {
+    __m256i isum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c) {
+      const __m256i sc = dup_i8(g + x8::kIQ4_XS_sc + 8 * c);
+      __m256i s[NT];
+      for (int t = 0; t < NT; ++t) s[t] = Ops::kVnni ? _mm256_setzero_si256() : isum[t];
+      for (int k = 0; k < 4; ++k) {
+        const uint8_t* p = g + x8::kIQ4_XS_qs + 32 * (4 * c + k);
+        prefetch(p + kPrefetch);
+        const __m256i raw = load(p);
+        const __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(raw, m4));
+        const __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+        const __m256i lo_abs = _mm256_abs_epi8(lo), hi_abs = _mm256_abs_epi8(hi);  // unused with VNNI
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* xq = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 32 * c + 4 * k;
+          s[t] = iq4_dot<Ops>(s[t], lo, lo_abs, bcast4(xq), sc);
+          s[t] = iq4_dot<Ops>(s[t], hi, hi_abs, bcast4(xq + 16), sc);
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        if constexpr (Ops::kVnni) {
+          const BlockQ8_K& x = reinterpret_cast<const BlockQ8_K*>(xr[t])[b];
+          const __m256i sub = _mm256_sub_epi32(s[t], _mm256_set1_epi32(128 * (x.bsums[2 * c] + x.bsums[2 * c + 1])));
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(sub, i8x8_to_i32(g + x8::kIQ4_XS_sc + 8 * c)));
+        } else {
+          isum[t] = s[t];
+        }
+      }
+    }
+    const __m256 d = load_h8(g);
+    for (int t = 0; t < NT; ++t) {
+      const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(reinterpret_cast<const BlockQ8_K*>(xr[t])[b].d));
+      acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
+  }
+}
+
 template <class Ops, int NT, Type kW>
 void group(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
-  if constexpr (kW == Type::Q4_0) q4_0<Ops, NT>(g, nb, xr, acc);
+  if constexpr (kW == Type::Q4_1 || kW == Type::Q5_0 || kW == Type::Q5_1) b32u<Ops, NT, kW>(g, nb, xr, acc);
+  else if constexpr (kW == Type::IQ4_NL) iq4_nl<Ops, NT>(g, nb, xr, acc);
+  else if constexpr (kW == Type::Q2_K) q2_q3_k<Ops, NT, false>(g, nb, xr, acc);
+  else if constexpr (kW == Type::Q3_K) q2_q3_k<Ops, NT, true>(g, nb, xr, acc);
+  else if constexpr (kW == Type::IQ4_XS) iq4_xs<Ops, NT>(g, nb, xr, acc);
+  else if constexpr (kW == Type::Q4_0) q4_0<Ops, NT>(g, nb, xr, acc);
   else if constexpr (kW == Type::Q8_0) q8_0<Ops, NT>(g, nb, xr, acc);
   else if constexpr (kW == Type::Q4_K) k4<Ops, NT, false>(g, nb, xr, acc);
   else if constexpr (kW == Type::Q5_K) k4<Ops, NT, true>(g, nb, xr, acc);
@@ -261,6 +510,13 @@ RepackFn lookup(Type w) {
     case Type::Q4_K: return &drive<Ops, Type::Q4_K>;
     case Type::Q5_K: return &drive<Ops, Type::Q5_K>;
     case Type::Q6_K: return &drive<Ops, Type::Q6_K>;
+    case Type::Q4_1: return &drive<Ops, Type::Q4_1>;
+    case Type::Q5_0: return &drive<Ops, Type::Q5_0>;
+    case Type::Q5_1: return &drive<Ops, Type::Q5_1>;
+    case Type::IQ4_NL: return &drive<Ops, Type::IQ4_NL>;
+    case Type::Q2_K: return &drive<Ops, Type::Q2_K>;
+    case Type::Q3_K: return &drive<Ops, Type::Q3_K>;
+    case Type::IQ4_XS: return &drive<Ops, Type::IQ4_XS>;
     default: return nullptr;
   }
 }
