@@ -90,7 +90,7 @@ void pack_iq4_xs_scales(const int8_t sc[8], uint16_t* scales_h, uint8_t* scales_
 
 // Copies `n_pieces` 4-byte pieces of one row's block (src, at src_off) into piece slots of a group block.
 // to_group: src row bytes -> group; else group -> row bytes.
-void pieces(bool to_group, uint8_t* row, size_t row_off, uint8_t* grp, size_t grp_off, int n_pieces, int r) {
+[[gnu::always_inline]] inline void pieces(bool to_group, uint8_t* row, size_t row_off, uint8_t* grp, size_t grp_off, int n_pieces, int r) {
   for (int k = 0; k < n_pieces; ++k) {
     uint8_t* g = grp + grp_off + (static_cast<size_t>(k) * kRepackRows + r) * 4;
     uint8_t* s = row + row_off + 4 * k;
@@ -100,17 +100,17 @@ void pieces(bool to_group, uint8_t* row, size_t row_off, uint8_t* grp, size_t gr
 }
 
 // One fp16 / byte of a row <-> its slot r of a per-row array in the group block (8 entries of that size).
-void slot16(bool to_group, uint16_t* row, uint8_t* grp, size_t grp_off, int r) {
+[[gnu::always_inline]] inline void slot16(bool to_group, uint16_t* row, uint8_t* grp, size_t grp_off, int r) {
   if (to_group) put16(grp + grp_off + 2 * r, *row);
   else *row = get16(grp + grp_off + 2 * r);
 }
-void slot8(bool to_group, void* row, uint8_t* grp, size_t grp_off, int r) {
+[[gnu::always_inline]] inline void slot8(bool to_group, void* row, uint8_t* grp, size_t grp_off, int r) {
   if (to_group) std::memcpy(grp + grp_off + r, row, 1);
   else std::memcpy(row, grp + grp_off + r, 1);
 }
 
 // Q5_0 / Q5_1 qh: the row's 4 bytes <-> the transposed word in slot r.
-void qh_word(bool to_group, uint8_t* row_qh, uint8_t* grp, size_t grp_off, int r) {
+[[gnu::always_inline]] inline void qh_word(bool to_group, uint8_t* row_qh, uint8_t* grp, size_t grp_off, int r) {
   uint32_t v;
   if (to_group) {
     std::memcpy(&v, row_qh, 4);
@@ -124,7 +124,7 @@ void qh_word(bool to_group, uint8_t* row_qh, uint8_t* grp, size_t grp_off, int r
 }
 
 // One row's block <-> its slot r in a group block. `row` is the file-layout block (to_group: read from it).
-void convert_block(Type w, bool to_group, uint8_t* row, uint8_t* grp, int r) {
+[[gnu::always_inline]] inline void convert_block(Type w, bool to_group, uint8_t* row, uint8_t* grp, int r) {
   switch (w) {
     case Type::Q4_1: {
       auto* b = reinterpret_cast<BlockQ4_1*>(row);
@@ -289,23 +289,60 @@ size_t repacked_bytes(Type w, int64_t n_rows, int64_t n_in) {
   return static_cast<size_t>(groups) * static_cast<size_t>(n_in / traits(w).block_size) * repacked_block_bytes(w);
 }
 
+namespace {
+
+constexpr size_t sizeof_block(Type w) {
+  switch (w) {
+    case Type::Q4_0: return sizeof(BlockQ4_0);
+    case Type::Q4_1: return sizeof(BlockQ4_1);
+    case Type::Q5_0: return sizeof(BlockQ5_0);
+    case Type::Q5_1: return sizeof(BlockQ5_1);
+    case Type::Q8_0: return sizeof(BlockQ8_0);
+    case Type::IQ4_NL: return sizeof(BlockIQ4_NL);
+    case Type::Q2_K: return sizeof(BlockQ2_K);
+    case Type::Q3_K: return sizeof(BlockQ3_K);
+    case Type::Q4_K: return sizeof(BlockQ4_K);
+    case Type::Q5_K: return sizeof(BlockQ5_K);
+    case Type::Q6_K: return sizeof(BlockQ6_K);
+    case Type::IQ4_XS: return sizeof(BlockIQ4_XS);
+    default: return 0;
+  }
+}
+
+// The repack loop for one type (its block conversion inlined, constants folded: load time matters).
+template <Type kW>
+void repack_groups(const uint8_t* src, size_t stride, int64_t n_rows, int64_t nb, int64_t groups, uint8_t* dst) {
+  constexpr size_t tsize = sizeof_block(kW);
+  const size_t gb = repacked_block_bytes(kW);
+  alignas(8) uint8_t zero[tsize] = {}, tmp[tsize];
+  for (int64_t g = 0; g < groups; ++g) {
+    uint8_t* out = dst + static_cast<size_t>(g * nb) * gb;
+    for (int64_t b = 0; b < nb; ++b)
+      for (int r = 0; r < kRepackRows; ++r) {
+        const int64_t row = g * kRepackRows + r;
+        const uint8_t* s = row < n_rows ? src + row * stride + b * tsize : zero;
+        std::memcpy(tmp, s, tsize);  // convert_block takes a writable block for both directions
+        convert_block(kW, true, tmp, out + b * gb, r);
+      }
+  }
+}
+
+}  // namespace
+
 void repack(Type w, const void* src, size_t src_row_stride, int64_t n_rows, int64_t n_in, void* dst) {
   check_repacked(w, n_in, "repack");
   const size_t tsize = traits(w).type_size, gb = repacked_block_bytes(w);
   const int64_t nb = n_in / traits(w).block_size, groups = (n_rows + kRepackRows - 1) / kRepackRows;
   if (src_row_stride < row_size(traits(w), n_in)) fail("repack: row stride %zu too short", src_row_stride);
-  std::vector<uint8_t> zero(tsize, 0), tmp(tsize);
-  for (int64_t g = 0; g < groups; ++g) {
-    uint8_t* out = static_cast<uint8_t*>(dst) + static_cast<size_t>(g * nb) * gb;
-    for (int64_t b = 0; b < nb; ++b)
-      for (int r = 0; r < kRepackRows; ++r) {
-        const int64_t row = g * kRepackRows + r;
-        const uint8_t* s = row < n_rows
-                               ? static_cast<const uint8_t*>(src) + row * src_row_stride + b * tsize
-                               : zero.data();
-        std::memcpy(tmp.data(), s, tsize);  // convert_block takes a writable block for both directions
-        convert_block(w, true, tmp.data(), out + b * gb, r);
-      }
+  switch (w) {
+#define TERN_REPACK_CASE(T) \
+  case Type::T: return repack_groups<Type::T>(static_cast<const uint8_t*>(src), src_row_stride, n_rows, nb, groups, \
+                                              static_cast<uint8_t*>(dst));
+    TERN_REPACK_CASE(Q4_0) TERN_REPACK_CASE(Q4_1) TERN_REPACK_CASE(Q5_0) TERN_REPACK_CASE(Q5_1)
+    TERN_REPACK_CASE(Q8_0) TERN_REPACK_CASE(IQ4_NL) TERN_REPACK_CASE(Q2_K) TERN_REPACK_CASE(Q3_K)
+    TERN_REPACK_CASE(Q4_K) TERN_REPACK_CASE(Q5_K) TERN_REPACK_CASE(Q6_K) TERN_REPACK_CASE(IQ4_XS)
+#undef TERN_REPACK_CASE
+    default: fail("internal: no x8 layout for %s", type_name(w));
   }
 }
 
