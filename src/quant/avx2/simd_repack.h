@@ -183,22 +183,26 @@ void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
             isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(sc[q], bs));
           }
         }
-        for (int k = 4 * kh; k < 4 * kh + 4; ++k) {
-          const uint8_t* pl = g + x8::kQ6_K_ql + 32 * (16 * h + k);
-          const uint8_t* ph = g + x8::kQ6_K_qh + 32 * (8 * h + k);
-          prefetch(pl + kPrefetch), prefetch(ph + kPrefetch);
-          const __m256i ql0 = load(pl), ql1 = load(pl + 32 * 8), qh = load(ph);
-          __m256i v[4];
-          v[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-          v[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-          v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
-          v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                 _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-          for (int t = 0; t < NT; ++t) {
-            const int8_t* xq = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 4 * k;
-            for (int q = 0; q < 4; ++q)
-              isum[t] = _mm256_add_epi32(
-                  isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(v[q], bcast4(xq + 32 * q)), sc[q]));
+        // Quarter q of half h, pieces k = 4kh.. (one sub-block): its values decoded piece by piece and summed
+        // per row, widened by the scale once per sub-block (VNNI: dpbusd over all 4 pieces, then one multiply)
+        // or once per 2 pieces (AVX2: an int16 partial of 2 maddubs <= 2 * 2 * 63 * 127 = 32004).
+        for (int q = 0; q < 4; ++q) {
+          constexpr int kRun = Ops::kVnni ? 4 : 2;
+          for (int k0 = 4 * kh; k0 < 4 * kh + 4; k0 += kRun) {
+            Acc<Ops> s[NT];
+            for (int k = k0; k < k0 + kRun; ++k) {
+              const uint8_t* pl = g + x8::kQ6_K_ql + 32 * (16 * h + 8 * (q & 1) + k);
+              const __m256i ql = load(pl), qh = load(g + x8::kQ6_K_qh + 32 * (8 * h + k));
+              if (q == 0) prefetch(pl + kPrefetch), prefetch(pl + kPrefetch + 256);
+              const __m256i lo = q < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+              // bits 2q, 2q+1 of qh to bits 4, 5
+              const __m256i hb = q == 0 ? _mm256_slli_epi16(qh, 4) : q == 1 ? _mm256_slli_epi16(qh, 2)
+                                 : q == 2 ? qh : _mm256_srli_epi16(qh, 2);
+              const __m256i v = _mm256_or_si256(lo, _mm256_and_si256(hb, m30));
+              for (int t = 0; t < NT; ++t)
+                s[t].add(v, bcast4(reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 32 * q + 4 * k));
+            }
+            for (int t = 0; t < NT; ++t) isum[t] = _mm256_add_epi32(isum[t], s[t].scaled(sc[q]));
           }
         }
       }
