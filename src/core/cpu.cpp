@@ -2,6 +2,8 @@
 
 #include <cpuid.h>
 
+#include <atomic>
+
 namespace tern {
 
 static CpuFeatures detect() {
@@ -54,23 +56,32 @@ std::string CpuFeatures::summary() const {
   return s.empty() ? "baseline x86-64" : s;
 }
 
-bool isa_supported(Isa isa) {
+static bool cpu_has(Isa isa) {
   const CpuFeatures& f = cpu_features();
   switch (isa) {
     case Isa::kRef: return true;
     case Isa::kAvx2: return f.avx2 && f.fma && f.f16c && f.bmi2;
     case Isa::kAvx512:
-      return isa_supported(Isa::kAvx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni &&
+      return cpu_has(Isa::kAvx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni &&
              f.avx512bf16;
   }
   return false;
 }
 
+static std::atomic<bool> g_native_avx512_hidden{false};  // hide_native_avx512 (tests only)
+
+bool isa_supported(Isa isa) {
+  if (isa == Isa::kAvx512 && g_native_avx512_hidden.load(std::memory_order_acquire)) return false;
+  return cpu_has(isa);
+}
+
 Isa best_isa() {
-  if (isa_supported(Isa::kAvx512)) return Isa::kAvx512;
-  if (isa_supported(Isa::kAvx2)) return Isa::kAvx2;
+  if (cpu_has(Isa::kAvx512)) return Isa::kAvx512;
+  if (cpu_has(Isa::kAvx2)) return Isa::kAvx2;
   return Isa::kRef;
 }
+
+void hide_native_avx512(bool hide) { g_native_avx512_hidden.store(hide, std::memory_order_release); }
 
 const char* isa_name(Isa isa) {
   switch (isa) {

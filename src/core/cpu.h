@@ -15,7 +15,12 @@ struct CpuFeatures {
 
 const CpuFeatures& cpu_features();
 bool isa_supported(Isa isa);  // can this machine run kernels compiled for isa?
-Isa best_isa();
+Isa best_isa();               // from the CPU alone (never affected by the test hook below)
 const char* isa_name(Isa isa);
+
+// Test hook (tests/isa_variant.h): while hidden, isa_supported(kAvx512) is false. The tests hide native AVX-512
+// while the SIMDe twins stand in for the AVX-512 units, so a dispatch not routed to its twin refuses kAvx512
+// instead of quietly running native code on a host that has it.
+void hide_native_avx512(bool hide);
 
 }  // namespace tern

@@ -3,6 +3,7 @@
 #include "quant/kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -17,11 +18,16 @@
 namespace tern::quant {
 namespace {
 
+std::atomic<const Avx512Entries*> g_avx512_override{nullptr};  // set_avx512_entries (tests only)
+
 GemmFn gemm_fn(Type w, Isa isa) {
   switch (isa) {
     case Isa::kRef: return gemm_fn_ref(w);
     case Isa::kAvx2: return gemm_fn_avx2(w);
-    case Isa::kAvx512: return gemm_fn_avx512(w);
+    case Isa::kAvx512: {
+      const Avx512Entries* e = g_avx512_override.load(std::memory_order_acquire);
+      return e ? e->gemm_fn(w) : gemm_fn_avx512(w);
+    }
   }
   return nullptr;
 }
@@ -30,12 +36,16 @@ ActPrims act_prims(Isa isa) {
   switch (isa) {
     case Isa::kRef: return act_prims_ref();
     case Isa::kAvx2: return act_prims_avx2();
-    case Isa::kAvx512: return act_prims_avx512();
+    case Isa::kAvx512: {
+      const Avx512Entries* e = g_avx512_override.load(std::memory_order_acquire);
+      return e ? e->act_prims() : act_prims_avx512();
+    }
   }
   return act_prims_ref();
 }
 
 void check_isa(Isa isa, const char* what) {
+  if (isa == Isa::kAvx512 && g_avx512_override.load(std::memory_order_acquire)) return;  // the twin runs anywhere
   if (!isa_supported(isa))
     fail("%s: ISA %s requested but this CPU lacks it (has: %s)", what, isa_name(isa),
          cpu_features().summary().c_str());
@@ -91,6 +101,8 @@ void quantize_q8_k(const ActPrims& p, const float* x, void* out, int64_t n) {
 }
 
 }  // namespace
+
+void set_avx512_entries(const Avx512Entries* e) { g_avx512_override.store(e, std::memory_order_release); }
 
 bool has_kernels(Type w) { return gemm_fn_ref(w) != nullptr; }
 

@@ -40,6 +40,21 @@ ActPrims act_prims_ref();
 ActPrims act_prims_avx2();
 ActPrims act_prims_avx512();
 
+// The same entry points from the AVX-512 unit's SIMDe twin (core/avx512.h); only test binaries link it.
+namespace simde_twin {
+GemmFn gemm_fn_avx512(Type w);
+ActPrims act_prims_avx512();
+}  // namespace simde_twin
+
+// Test hook: while set, the dispatch sends Isa::kAvx512 to these entry points and accepts it on any host. The
+// SIMDe twin comes in this way rather than as an Isa value, so nothing the engine can select or name changes
+// (best_isa(), active_isa(), isa_name()) and the tern binary does not even link the twin.
+struct Avx512Entries {
+  GemmFn (*gemm_fn)(Type w);
+  ActPrims (*act_prims)();
+};
+void set_avx512_entries(const Avx512Entries* e);  // nullptr: the native unit again
+
 // Scalar ref dot products: one weight row against one activation row of n elements.
 #define TERN_KERNEL_LIST(X)                                                                                  \
   X(f32, f32, F32) X(f16, f32, F16) X(bf16, f32, BF16) X(q4_0, q8_0, Q4_0) X(q4_1, q8_1, Q4_1)              \

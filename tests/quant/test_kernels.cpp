@@ -1,12 +1,14 @@
 // quant kernels: every (weight type x ISA) gemm against its scalar _ref, the _ref against an independent
 // float64 computation (a local dequantizer written from ggml's dequantize_row_* loops), activation
 // quantizers byte-identical across ISAs, and determinism across n_tok, row ranges and thread counts.
-// ISAs the host lacks are skipped with the reason.
+// Every test runs on each variant of tests/isa_variant.h: ref, avx2, avx512_native and avx512_simde (the AVX-512
+// source through SIMDe, so it is checked on any AVX2 host); variants the host lacks are skipped with the reason.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,18 +17,19 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/parallel.h"
+#include "isa_variant.h"
 #include "quant/blocks.h"
 #include "quant/kernels.h"
 
 using namespace tern;
 using namespace tern::quant;
+using tern::test::IsaVariant;
 
 namespace {
 
 const Type kTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0, Type::Q4_1,   Type::Q5_0,
                        Type::Q5_1, Type::Q8_0, Type::Q2_K, Type::Q3_K, Type::Q4_K,   Type::Q5_K,
                        Type::Q6_K, Type::IQ4_NL, Type::IQ4_XS};
-const Isa kIsas[] = {Isa::kRef, Isa::kAvx2, Isa::kAvx512};
 
 bool is_float(Type t) { return t == Type::F32 || t == Type::F16 || t == Type::BF16; }
 
@@ -276,20 +279,25 @@ std::vector<int64_t> n_in_cases(Type t) {
   return {bs, 3 * bs, bs == 32 ? 2048 : 1024};
 }
 
-using Param = std::tuple<Type, Isa>;
+using Param = std::tuple<Type, IsaVariant>;
 std::string param_name(const testing::TestParamInfo<Param>& info) {
-  return std::string(type_name(std::get<0>(info.param))) + "_" + isa_name(std::get<1>(info.param));
+  return std::string(type_name(std::get<0>(info.param))) + "_" + tern::test::variant_name(std::get<1>(info.param));
 }
 
+// isa_ is what the tests pass to the kernels; for avx512_simde it is kAvx512 with the dispatch routed to the twin.
 class KernelTest : public testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
     type_ = std::get<0>(GetParam());
-    isa_ = std::get<1>(GetParam());
-    if (!isa_supported(isa_)) GTEST_SKIP() << "this CPU lacks " << isa_name(isa_) << " (" << cpu_features().summary() << ")";
+    const IsaVariant v = std::get<1>(GetParam());
+    isa_ = v.isa;
+    if (const std::string why = tern::test::variant_unavailable(v); !why.empty()) GTEST_SKIP() << why;
+    variant_.emplace(v);
   }
+  void TearDown() override { variant_.reset(); }
   Type type_;
   Isa isa_;
+  std::optional<tern::test::ScopedIsaVariant> variant_;
 };
 
 // The kernel of each ISA against the ref. Quantized types: bit-exact (integer block sums are exact and the
@@ -359,7 +367,8 @@ TEST_P(KernelTest, ActQuantizerMatchesRefBytes) {
   for (size_t k = rb; k < b.size(); ++k) ASSERT_EQ(b[k], 0xAB) << "wrote past the row";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, KernelTest, testing::Combine(testing::ValuesIn(kTypes), testing::ValuesIn(kIsas)),
+INSTANTIATE_TEST_SUITE_P(AllTypes, KernelTest,
+                         testing::Combine(testing::ValuesIn(kTypes), testing::ValuesIn(tern::test::kIsaVariants)),
                          param_name);
 
 class RefTest : public testing::TestWithParam<Type> {};
@@ -442,6 +451,39 @@ TEST_P(RefTest, ActQuantizerDefinition) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, RefTest, testing::ValuesIn(kTypes),
+                         [](const testing::TestParamInfo<Type>& i) { return std::string(type_name(i.param)); });
+
+// The SIMDe twin against the native AVX-512 unit on a host that has both: bit-identical outputs and activation
+// bytes for every type, float types included (the twin's reductions follow Intel's pseudo-code, which is also
+// the order of GCC's intrinsics), so the twin's passes elsewhere stand for the native unit's.
+class SimdeTwinTest : public testing::TestWithParam<Type> {};
+
+TEST_P(SimdeTwinTest, MatchesNativeAvx512) {
+  const Type t = GetParam();
+  const IsaVariant native{Isa::kAvx512, false}, twin{Isa::kAvx512, true};
+  for (const IsaVariant v : {native, twin})
+    if (const std::string why = tern::test::variant_unavailable(v); !why.empty()) GTEST_SKIP() << why;
+  for (int64_t n_in : n_in_cases(t)) {
+    SCOPED_TRACE("n_in " + std::to_string(n_in));
+    const int64_t n_out = 11, n_tok = 6;
+    const Problem p = make_problem(t, n_out, n_in, n_tok, 31 + static_cast<uint32_t>(n_in));
+    const size_t rb = act_row_bytes(t, n_in);
+    std::vector<uint8_t> xq_native(rb), xq_twin(rb);
+    const std::vector<float> y_native = run_gemm(p, Isa::kAvx512, 0, n_out, n_out);
+    quantize_act(t, p.x.data(), xq_native.data(), n_in, Isa::kAvx512);
+    std::vector<float> y_twin;
+    {
+      const tern::test::ScopedIsaVariant scope(twin);
+      y_twin = run_gemm(p, Isa::kAvx512, 0, n_out, n_out);
+      quantize_act(t, p.x.data(), xq_twin.data(), n_in, Isa::kAvx512);
+    }
+    for (size_t k = 0; k < y_native.size(); ++k)
+      ASSERT_EQ(bits(y_twin[k]), bits(y_native[k])) << "at " << k << ": " << y_twin[k] << " vs " << y_native[k];
+    EXPECT_EQ(0, std::memcmp(xq_native.data(), xq_twin.data(), rb));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, SimdeTwinTest, testing::ValuesIn(kTypes),
                          [](const testing::TestParamInfo<Type>& i) { return std::string(type_name(i.param)); });
 
 TEST(Kernels, BadInputsThrow) {

@@ -1,11 +1,13 @@
 // AVX-512 (F, BW, VL, DQ, VNNI) kernels: quantized gemms via simd_gemm.h with 256-bit VNNI dpbusd (one
 // instruction replaces maddubs+madd; same exact int32 lanes, so results equal AVX2's and the ref's bit for
 // bit), float-weight gemms on 512-bit vectors with masked tails, and the activation quantizer primitives.
-// Compiled with TERN_AVX512_FLAGS; only reached through the dispatch after isa_supported(kAvx512).
+// Compiled with TERN_AVX512_FLAGS; only reached through the dispatch after isa_supported(kAvx512). The test
+// binaries also link its SIMDe twin (core/avx512.h), which runs these same lines on hosts without AVX-512.
 // Not yet: 512-bit decoding of two quantized blocks per instruction (the next step for prefill speed).
 // GCC 12 reports a false (-Wmaybe)-uninitialized inside its own avx512fintrin.h (the undefined-vector idiom).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#include "core/avx512.h"
 #include "quant/avx2/simd_gemm.h"
 
 namespace tern::quant {
@@ -81,6 +83,7 @@ void scale_round_avx512(const float* x, float id, int8_t* q, int64_t n) {
 
 }  // namespace
 
+TERN_AVX512_BEGIN
 #define TERN_GEMM_AVX512(name, ...) \
   void name(const GemmArgs& a) { drive<__VA_ARGS__>(a); }
 TERN_GEMM_AVX512(gemm_f32_f32_avx512, FloatRow512<Load512F32>)
@@ -111,5 +114,6 @@ GemmFn gemm_fn_avx512(Type w) {
 }
 
 ActPrims act_prims_avx512() { return {&amax_avx512, &scale_round_avx512}; }
+TERN_AVX512_END
 
 }  // namespace tern::quant
