@@ -47,7 +47,8 @@ class ScopedIsaVariant {
     hide_native_avx512(true);
 #if TERN_SIMDE_TWIN
     static const quant::Avx512Entries kQuant{&quant::simde_twin::gemm_fn_avx512,
-                                             &quant::simde_twin::act_prims_avx512};
+                                             &quant::simde_twin::act_prims_avx512,
+                                             &quant::simde_twin::repack_fn_avx512};
     quant::set_avx512_entries(&kQuant);
 #endif
   }

@@ -103,6 +103,7 @@ void quantize_q8_k(const ActPrims& p, const float* x, void* out, int64_t n) {
 }  // namespace
 
 void set_avx512_entries(const Avx512Entries* e) { g_avx512_override.store(e, std::memory_order_release); }
+const Avx512Entries* avx512_entries() { return g_avx512_override.load(std::memory_order_acquire); }
 
 bool has_kernels(Type w) { return gemm_fn_ref(w) != nullptr; }
 

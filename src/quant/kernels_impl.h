@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "quant/repack_impl.h"
 #include "quant/types.h"
 
 namespace tern::quant {
@@ -52,8 +53,10 @@ ActPrims act_prims_avx512();
 struct Avx512Entries {
   GemmFn (*gemm_fn)(Type w);
   ActPrims (*act_prims)();
+  RepackFn (*repack_fn)(Type w);  // the repacked (x8) kernels
 };
 void set_avx512_entries(const Avx512Entries* e);  // nullptr: the native unit again
+const Avx512Entries* avx512_entries();            // the hook's current value (nullptr: native)
 
 // Scalar ref dot products: one weight row against one activation row of n elements.
 #define TERN_KERNEL_LIST(X)                                                                                  \

@@ -256,7 +256,10 @@ RepackFn repack_fn(Type w, Isa isa) {
   switch (isa) {
     case Isa::kRef: return repack_fn_ref(w);
     case Isa::kAvx2: return repack_fn_avx2(w);
-    case Isa::kAvx512: return repack_fn_avx512(w);
+    case Isa::kAvx512: {
+      const Avx512Entries* e = avx512_entries();  // a test routing AVX-512 to the SIMDe twin
+      return e ? e->repack_fn(w) : repack_fn_avx512(w);
+    }
   }
   return nullptr;
 }
@@ -382,7 +385,7 @@ void gemm_repacked(Type w, const void* packed, int64_t n_rows, int64_t n_in, con
                    int64_t g_begin, int64_t g_end, int64_t n_tok, float* y, int64_t ldy, Isa isa,
                    const int32_t* x_rows, int64_t y_col0) {
   check_repacked(w, n_in, "gemm_repacked");
-  if (!isa_supported(isa))
+  if (!isa_supported(isa) && !(isa == Isa::kAvx512 && avx512_entries()))
     fail("gemm_repacked: ISA %s requested but this CPU lacks it (has: %s)", isa_name(isa),
          cpu_features().summary().c_str());
   const int64_t groups = (n_rows + kRepackRows - 1) / kRepackRows;

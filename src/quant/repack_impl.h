@@ -46,5 +46,8 @@ using RepackFn = void (*)(const RepackArgs&);
 RepackFn repack_fn_ref(Type w);
 RepackFn repack_fn_avx2(Type w);
 RepackFn repack_fn_avx512(Type w);
+namespace simde_twin {
+RepackFn repack_fn_avx512(Type w);  // the AVX-512 unit's SIMDe twin (core/avx512.h); only test binaries link it
+}  // namespace simde_twin
 
 }  // namespace tern::quant

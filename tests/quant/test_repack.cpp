@@ -18,6 +18,7 @@
 #include "quant/convert.h"
 #include "quant/kernels.h"
 #include "quant/repack.h"
+#include "isa_variant.h"
 
 using namespace tern;
 using namespace tern::quant;
@@ -26,7 +27,6 @@ namespace {
 
 const Type kTypes[] = {Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q5_1, Type::Q8_0, Type::IQ4_NL,
                        Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::IQ4_XS};
-const Isa kIsas[] = {Isa::kAvx2, Isa::kAvx512};
 
 uint32_t bits(float f) {
   uint32_t u;
@@ -174,13 +174,16 @@ TEST(Repack, RefMatchesFloat64Dot) {
 
 // Every ISA gives the ref's bits, for every token count (tiles of 4 and their remainders), group range and
 // tail group; rows outside the range and past n_rows keep their guard value.
-TEST(Repack, IsasBitIdenticalToRef) {
+// Run per kernel variant: AVX2, native AVX-512, and the AVX-512 source compiled against SIMDe (tests/isa_variant.h).
+class RepackIsa : public ::testing::TestWithParam<test::IsaVariant> {};
+
+TEST_P(RepackIsa, BitIdenticalToRef) {
+  const test::IsaVariant v = GetParam();
+  if (const std::string why = test::variant_unavailable(v); !why.empty()) GTEST_SKIP() << why;
+  test::ScopedIsaVariant scope(v);
+  const Isa isa = v.isa;
   std::mt19937 rng(3);
-  for (Isa isa : kIsas) {
-    if (!isa_supported(isa)) {
-      std::printf("[  SKIPPED ] %s: not supported by this CPU (%s)\n", isa_name(isa), cpu_features().summary().c_str());
-      continue;
-    }
+  {
     for (const Case& c : cases()) {
       const auto w = random_rows(c.t, c.n_rows, c.n_in, rng);
       const size_t rs = row_size(traits(c.t), c.n_in);
@@ -195,7 +198,7 @@ TEST(Repack, IsasBitIdenticalToRef) {
           quantize_act_repacked(c.t, x.data() + t * c.n_in, xq.data() + t * stride, c.n_in, Isa::kRef);
           quantize_act_repacked(c.t, x.data() + t * c.n_in, xq_isa.data() + t * stride, c.n_in, isa);
         }
-        ASSERT_EQ(xq, xq_isa) << label(c) << " activation bytes differ on " << isa_name(isa);
+        ASSERT_EQ(xq, xq_isa) << label(c) << " activation bytes differ on " << test::variant_name(v);
         const int64_t ldy = c.n_rows + 3;
         const int64_t g0 = groups > 1 ? 1 : 0;
         std::vector<float> y_ref(ldy * n_tok, -7.0f), y(ldy * n_tok, -7.0f);
@@ -205,7 +208,7 @@ TEST(Repack, IsasBitIdenticalToRef) {
         for (int64_t t = 0; t < n_tok; ++t)
           for (int64_t i = 0; i < ldy; ++i) {
             const float a = y_ref[t * ldy + i], b = y[t * ldy + i];
-            ASSERT_EQ(bits(a), bits(b)) << label(c) << " " << isa_name(isa) << " n_tok " << n_tok << " t " << t
+            ASSERT_EQ(bits(a), bits(b)) << label(c) << " " << test::variant_name(v) << " n_tok " << n_tok << " t " << t
                                         << " row " << i << ": " << a << " vs " << b;
             if (i < g0 * 8 || i >= c.n_rows) ASSERT_EQ(b, -7.0f) << "wrote outside its rows: " << i;
             else ASSERT_TRUE(std::isfinite(b));
@@ -230,6 +233,10 @@ double min_term_slack(Type t, const uint8_t* w_row, const float* x, int64_t n_in
   }
   return slack;
 }
+
+INSTANTIATE_TEST_SUITE_P(Variants, RepackIsa, ::testing::Values(test::kIsaVariants[1], test::kIsaVariants[2],
+                                                                  test::kIsaVariants[3]),
+                         [](const auto& info) { return test::variant_name(info.param); });
 
 // The same product through the file layout's kernels agrees to float rounding (different reduction order; for
 // Q4_1 / Q5_1 also min_term_slack), so repacking changes no model output beyond its tolerance.
@@ -261,8 +268,10 @@ TEST(Repack, AgreesWithFileLayoutGemm) {
 TEST(Repack, RowIndicesAndColumnOffset) {
   std::mt19937 rng(6);
   for (Type t : kTypes)
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
-      if (!isa_supported(isa)) continue;
+    for (const test::IsaVariant v : test::kIsaVariants) {
+      if (!test::variant_unavailable(v).empty()) continue;
+      test::ScopedIsaVariant scope(v);
+      const Isa isa = v.isa;
       const int64_t n_rows = 40, n_in = 512, n_batch = 7;
       const int32_t pick[] = {5, 0, 3, 3, 6};
       const int64_t m = 5;
@@ -290,7 +299,7 @@ TEST(Repack, RowIndicesAndColumnOffset) {
         for (int64_t r = 0; r < m; ++r)
           for (int64_t i = 0; i < 16; ++i)
             ASSERT_EQ(bits(chunk[r * 16 + i]), bits(full[r * n_rows + 16 + i]))
-                << type_name(t) << " " << isa_name(isa) << (x8 ? " x8" : " file") << " token " << r << " row " << i;
+                << type_name(t) << " " << test::variant_name(v) << (x8 ? " x8" : " file") << " token " << r << " row " << i;
       }
     }
 }

@@ -3,6 +3,7 @@
 // dispatch after isa_supported(kAvx512).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#include "core/avx512.h"
 #include "quant/avx2/simd_repack.h"
 
 namespace tern::quant {
@@ -13,6 +14,8 @@ struct OpsRepackVnni {
 };
 }  // namespace
 
+TERN_AVX512_BEGIN
 RepackFn repack_fn_avx512(Type w) { return x8k::lookup<OpsRepackVnni>(w); }
+TERN_AVX512_END
 
 }  // namespace tern::quant
