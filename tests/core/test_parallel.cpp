@@ -98,6 +98,16 @@ TEST(Parallel, NestedForRunsSeriallyOnTheCallingThread) {
     });
     expect_each_once(hits, "nested, threads " + std::to_string(t));
     EXPECT_EQ(foreign.load(), 0);
+    // A region inside a loop body: one thread, the body's own.
+    std::vector<std::atomic<int>> region_hits(outer * inner);
+    parallel_for(outer, [&](int64_t o) {
+      parallel_region([&](ThreadCtx& ctx) {
+        if (ctx.n_threads() != 1) foreign.fetch_add(1);
+        ctx.for_each(inner, [&](int64_t i) { region_hits[o * inner + i].fetch_add(1); });
+      });
+    });
+    expect_each_once(region_hits, "region in a loop, threads " + std::to_string(t));
+    EXPECT_EQ(foreign.load(), 0);
   }
 }
 
