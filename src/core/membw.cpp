@@ -1,7 +1,5 @@
 #include "core/membw.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -40,19 +38,25 @@ MemBandwidth measure_read_bandwidth(int threads, size_t bytes, int runs) {
   std::unique_ptr<uint64_t, Free> buf(static_cast<uint64_t*>(std::aligned_alloc(64, per_thread * threads)));
   if (!buf) fail("memory bandwidth: cannot allocate %zu bytes", per_thread * threads);
   uint64_t* base = buf.get();
-#pragma omp parallel num_threads(threads)
-  {
-    uint64_t* p = base + static_cast<size_t>(omp_get_thread_num()) * words;
-    for (size_t i = 0; i < words; ++i) p[i] = i;  // first touch: pages land near the thread that reads them
-  }
+  // Slice k belongs to thread k; a region that gets fewer threads than asked (nested, or the pool busy) takes several.
+  parallel_region(threads, [&](ThreadCtx& ctx) {
+    for (int k = ctx.thread_id(); k < threads; k += ctx.n_threads()) {
+      uint64_t* p = base + static_cast<size_t>(k) * words;
+      for (size_t i = 0; i < words; ++i) p[i] = i;  // first touch: pages land near the thread that reads them
+    }
+  });
   std::vector<double> gbs;
   volatile uint64_t sink = 0;
   for (int r = 0; r < runs; ++r) {
-    uint64_t acc = 0;
+    std::vector<uint64_t> part(threads, 0);
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads) reduction(^ : acc)
-    acc ^= sum_words(base + static_cast<size_t>(omp_get_thread_num()) * words, words);
+    parallel_region(threads, [&](ThreadCtx& ctx) {
+      for (int k = ctx.thread_id(); k < threads; k += ctx.n_threads())
+        part[k] = sum_words(base + static_cast<size_t>(k) * words, words);
+    });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    uint64_t acc = 0;
+    for (uint64_t v : part) acc ^= v;
     sink = sink ^ acc;
     gbs.push_back(static_cast<double>(per_thread * threads) / s * 1e-9);
   }

@@ -18,7 +18,7 @@ using models::qwen35moe::SequenceState;
 
 namespace {
 
-// The program's own resident set before any model (code, libstdc++, libgomp, thread stacks: ~8 MiB measured
+// The program's own resident set before any model (code, libstdc++, the thread pool's stacks: ~8 MiB measured
 // for a Release build) plus the parsed metadata, whose vocabulary becomes strings, maps and the tokenizer's
 // tables at a few times its size in the file.
 constexpr uint64_t kProgramBytes = uint64_t{8} << 20;
