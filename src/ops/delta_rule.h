@@ -10,9 +10,12 @@
 //   multiply q by 1/sqrt(head_k_dim) themselves (HF and llama.cpp scale q, not the output).
 // - State layout: [n_v_heads][head_k_dim][head_v_dim] f32, S[h][i][j] with i the key index, j the value
 //   index (HF's [B, Hv, dk, dv] without the batch). ggml stores the transpose (key index fastest).
-// Each value head is computed by one thread in a fixed order: results never depend on the thread count.
+// Each value head is computed by one thread in a fixed order: results never depend on the thread count. `isa`
+// selects the kernels (ops/kernels.h; default: the engine's ISA).
 #pragma once
 #include <cstdint>
+
+#include "core/cpu.h"
 
 namespace tern::ops {
 
@@ -40,19 +43,20 @@ struct DeltaRuleInputs {
 
 // Token recurrence, per token and value head: S <- exp(g) S; e = S^T k; S <- S + k (beta (v - e))^T;
 // o = S^T (q / sqrt(dk)).  state [n_v_heads, dk, dv] in/out; out [n_tokens, n_v_heads, dv].
-void gated_delta_rule_recurrent(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out);
+void gated_delta_rule_recurrent(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out,
+                                Isa isa = engine_isa());
 
 // The same map computed 64 tokens at a time (contract 8.6, WY form solved by forward substitution);
 // equal to the recurrence up to fp32 rounding. A trailing partial chunk is processed at its true length,
 // which equals HF's zero padding (padded steps have beta = 0, g = 0 and leave the state unchanged).
-void gated_delta_rule_chunked(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out);
-
-// Chooses the form by n_tokens only: chunked from kDeltaRuleChunkMin tokens on. Measured on this scalar
-// (baseline x86-64) build, 1 thread, Hv 32, dk = dv = 128: recurrent ~2.3 ms/token at every T, chunked
-// ~3.1 ms/token at T = 64 and 512 — so for now the threshold is out of reach and the recurrence is always
-// used; lower it when the chunked form gets its matmul-shaped (AVX2) kernels.
 constexpr int64_t kDeltaRuleChunk = 64;
-constexpr int64_t kDeltaRuleChunkMin = int64_t{1} << 40;
-void gated_delta_rule(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out);
+void gated_delta_rule_chunked(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out,
+                              Isa isa = engine_isa());
+
+// Chooses the form by n_tokens only: chunked from delta_rule_chunk_min(isa) tokens on (a per-ISA constant set by
+// measurement, see ops/kernels.cpp and the SIMD tables), the recurrence below; the choice is logged once.
+int64_t delta_rule_chunk_min(Isa isa);
+void gated_delta_rule(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out,
+                      Isa isa = engine_isa());
 
 }  // namespace tern::ops

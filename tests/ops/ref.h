@@ -3,13 +3,51 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "core/cpu.h"
+
 namespace tern::ops::test {
+
+// Fixture for the per-ISA kernel tests (test_isa_*.cpp): parameterised by a SIMD ISA, compared with Isa::kRef.
+// An ISA this CPU lacks is reported SKIPPED, never passed.
+class IsaTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(GetParam()))
+      GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam()) << " (has: " << cpu_features().summary() << ")";
+  }
+  Isa isa() const { return GetParam(); }
+};
+inline std::string isa_param_name(const ::testing::TestParamInfo<Isa>& i) { return isa_name(i.param); }
+#define TERN_INSTANTIATE_SIMD(suite) \
+  INSTANTIATE_TEST_SUITE_P(Simd, suite, ::testing::Values(Isa::kAvx2, Isa::kAvx512), isa_param_name)
+
+// Element by element against a ref: NaN exactly where the ref is NaN, the same infinity where it is infinite,
+// else |a - ref| <= rel |ref| + abs. Reports the first failure and the worst relative error seen.
+inline ::testing::AssertionResult close_elementwise(const float* a, const float* ref, size_t n, double rel,
+                                                    double abs) {
+  double worst = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = a[i], r = ref[i];
+    if (std::isnan(r) || std::isnan(x) || std::isinf(r) || std::isinf(x)) {
+      if ((std::isnan(r) && std::isnan(x)) || x == r) continue;
+      return ::testing::AssertionFailure() << "element " << i << ": " << x << " vs ref " << r;
+    }
+    const double err = std::fabs(x - r);
+    if (err > rel * std::fabs(r) + abs)
+      return ::testing::AssertionFailure() << "element " << i << ": " << x << " vs ref " << r << " (rel "
+                                           << err / std::fabs(r) << ")";
+    if (std::fabs(r) > abs) worst = std::max(worst, err / std::fabs(r));
+  }
+  return ::testing::AssertionSuccess() << "worst relative error " << worst;
+}
 
 inline std::vector<float> rand_vec(std::mt19937_64& rng, size_t n, float lo, float hi) {
   std::uniform_real_distribution<float> d(lo, hi);
