@@ -221,8 +221,8 @@ void gated_delta_rule(const DeltaRuleShape& shape, const DeltaRuleInputs& in, fl
   static std::once_flag logged;
   std::call_once(logged, [&] {
     if (chunk_min >= (int64_t{1} << 40)) {
-      log::info("ops: gated delta rule: token recurrence at every length on %s (the chunked form measured slower)",
-                isa_name(isa));
+      log::info("ops: gated delta rule: token recurrence at every length on %s (the chunked form measured slower, "
+                "see ops/delta_rule.h)", isa_name(isa));
     } else {
       log::info("ops: gated delta rule: chunked form for segments of >= %lld tokens on %s, the recurrence below "
                 "(measured crossover)", static_cast<long long>(chunk_min), isa_name(isa));

@@ -53,8 +53,19 @@ constexpr int64_t kDeltaRuleChunk = 64;
 void gated_delta_rule_chunked(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out,
                               Isa isa = engine_isa());
 
-// Chooses the form by n_tokens only: chunked from delta_rule_chunk_min(isa) tokens on (a per-ISA constant set by
-// measurement, see ops/kernels.cpp and the SIMD tables), the recurrence below; the choice is logged once.
+// Chooses the form by n_tokens only: chunked from delta_rule_chunk_min(isa) tokens on, the recurrence below; the
+// choice is logged once. Today the recurrence at every length on every ISA, by measurement (2026-12-04, Xeon with
+// AVX-512, quiet 16-core machine, Hv 32, Hk 16, dk = dv = 128, strong and mixed decays, min / median of 5
+// interleaved rounds, us per token; chunked / recurrent):
+//            1 thread                 2 threads                8 threads
+//   T     avx2        avx512       avx2        avx512       avx2        avx512
+//   64    111 / 62    64 / 56      63 / 42     43 / 30      20 / 13     12 / 9.5
+//   512   113 / 63    67 / 55      76 / 43     48 / 32      19 / 12     12 / 9.5
+// The fused column-blocked recurrence (ops/simd/simd_delta.h) keeps each state block in L1 over 64 tokens and
+// does ~4 vector ops per state element and token; the chunked form's matrix products do about as many FMAs, plus
+// the decay matrix and the triangular solve (ik_llama.cpp found the same on CPU). Scalar (ref): chunked ~1.1-1.4x
+// slower at T >= 32. Command: build/tern_bench_delta 1 2 8 (bench/delta/delta_forms.cpp).
+// Lower kernels' delta_chunk_min for an ISA where the chunked form measures faster.
 int64_t delta_rule_chunk_min(Isa isa);
 void gated_delta_rule(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out,
                       Isa isa = engine_isa());

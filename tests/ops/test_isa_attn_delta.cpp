@@ -54,6 +54,7 @@ const AttnCase kAttnCases[] = {
     {5, 1, 9, 17, 0},    // group 5: a task of 4 heads and one of 1
     {1, 1, 3, 5, 2},
     {4, 4, 16, 33, 0},
+    {8, 2, 256, 2, 300},  // decode at depth: V read in many 16 / 32-position tiles
 };
 
 }  // namespace

@@ -2,8 +2,9 @@
 // vector policy V (see simd_math.h). Per (token, head) row: scores q . K[p] (two accumulators over head_dim, order
 // fixed by head_dim), softmax with a double sum, then sum_p w_p V[p] with per-lane accumulators in position order;
 // K and V rows are loaded (f16: converted in registers) once for all heads of the token. The arithmetic of a row
-// never depends on how many rows share the loads, so blocking never changes a result.
+// never depends on how many rows share the loads or how positions are tiled, so blocking never changes a result.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -68,13 +69,24 @@ struct AttnSimd {
     }
   }
 
-  // out[r][i0, i0 + 2L) = inv[r] * sum_p sc[r][p] V[p][i0, ...); m0, m1: valid lanes of the two vectors.
+  // Positions [p0, p1) of out[r][i0, i0 + 2L) += sc[r][p] V[p][i0, ...) (first: from 0; last: then times inv[r]);
+  // m0, m1: valid lanes of the two vectors. Each element's sum runs over p in order however positions are tiled.
   template <int NR, bool F16, bool Full>
   static void slice(const float* sc, int64_t n_pos, const void* v, int64_t hd, int64_t i0, int64_t m0, int64_t m1,
-                    const float* inv, float* const* out) {
+                    int64_t p0, int64_t p1, bool first, bool last, const float* inv, float* const* out) {
     R acc[NR][2];
-    for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = V::zero();
-    for (int64_t p = 0; p < n_pos; ++p) {
+    for (int r = 0; r < NR; ++r) {
+      if (first) {
+        acc[r][0] = acc[r][1] = V::zero();
+      } else if constexpr (Full) {
+        acc[r][0] = V::load(out[r] + i0);
+        acc[r][1] = V::load(out[r] + i0 + L);
+      } else {
+        acc[r][0] = V::load_n(out[r] + i0, m0, 0.0f);
+        acc[r][1] = m1 > 0 ? V::load_n(out[r] + i0 + L, m1, 0.0f) : V::zero();
+      }
+    }
+    for (int64_t p = p0; p < p1; ++p) {
       const void* vr = row_at<F16>(v, p, hd);
       R v0, v1;
       if constexpr (Full) {
@@ -91,13 +103,18 @@ struct AttnSimd {
       }
     }
     for (int r = 0; r < NR; ++r) {
-      const R s = V::set1(inv[r]);
+      const R s = V::set1(last ? inv[r] : 1.0f);
+      R o0 = acc[r][0], o1 = acc[r][1];
+      if (last) {
+        o0 = V::mul(o0, s);
+        o1 = V::mul(o1, s);
+      }
       if constexpr (Full) {
-        V::store(out[r] + i0, V::mul(acc[r][0], s));
-        V::store(out[r] + i0 + L, V::mul(acc[r][1], s));
+        V::store(out[r] + i0, o0);
+        V::store(out[r] + i0 + L, o1);
       } else {
-        V::store_n(out[r] + i0, V::mul(acc[r][0], s), m0);
-        if (m1 > 0) V::store_n(out[r] + i0 + L, V::mul(acc[r][1], s), m1);
+        V::store_n(out[r] + i0, o0, m0);
+        if (m1 > 0) V::store_n(out[r] + i0 + L, o1, m1);
       }
     }
   }
@@ -108,11 +125,20 @@ struct AttnSimd {
     scores<NR, F16>(q, b.k, n_pos, hd, b.scale, sc);
     float inv[NR];
     for (int r = 0; r < NR; ++r) inv[r] = static_cast<float>(1.0 / exp_shifted<V>(sc + r * n_pos, n_pos));
-    int64_t i = 0;
-    for (; i + 2 * L <= hd; i += 2 * L) slice<NR, F16, true>(sc, n_pos, b.v, hd, i, L, L, inv, out);
-    if (i < hd) {
-      const int64_t rest = hd - i;
-      slice<NR, F16, false>(sc, n_pos, b.v, hd, i, rest < L ? rest : L, rest > L ? rest - L : 0, inv, out);
+    // V in tiles of ~16 KiB of rows, each tile read from memory once and then from L1 for every slice of
+    // head_dim (a long context's V does not fit in L2; slices over all positions would stream it hd / 2L times).
+    const int64_t tile = std::max<int64_t>(8, 16384 / (hd * (F16 ? 2 : 4)));
+    for (int64_t p0 = 0; p0 < n_pos; p0 += tile) {
+      const int64_t p1 = std::min(n_pos, p0 + tile);
+      const bool first = p0 == 0, last = p1 == n_pos;
+      int64_t i = 0;
+      for (; i + 2 * L <= hd; i += 2 * L)
+        slice<NR, F16, true>(sc, n_pos, b.v, hd, i, L, L, p0, p1, first, last, inv, out);
+      if (i < hd) {
+        const int64_t rest = hd - i;
+        slice<NR, F16, false>(sc, n_pos, b.v, hd, i, rest < L ? rest : L, rest > L ? rest - L : 0, p0, p1, first,
+                              last, inv, out);
+      }
     }
   }
 

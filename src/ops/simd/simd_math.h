@@ -77,6 +77,20 @@ struct Math {
   }
 };
 
+// m <= kL lanes at p: a plain vector access when m is the full width, masked otherwise (only m floats touched).
+template <class V>
+typename V::R load_m(const float* p, int64_t m) {
+  return m == V::kL ? V::load(p) : V::load_n(p, m, 0.0f);
+}
+template <class V>
+void store_m(float* p, typename V::R x, int64_t m) {
+  if (m == V::kL) {
+    V::store(p, x);
+  } else {
+    V::store_n(p, x, m);
+  }
+}
+
 // Sum of x[i]^2 in double (as the ref): per lane, vectors in order, 2 vectors per step into 4 accumulators; the
 // order depends on n alone.
 template <class V>

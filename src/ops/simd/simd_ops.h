@@ -115,10 +115,10 @@ void rope_neox_simd(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim
       float* v = x + (t * n_head + h) * head_dim;
       for (int64_t j = 0; j < half; j += L) {
         const int64_t m = half - j < L ? half - j : L;
-        const R a = V::load_n(v + j, m, 0.0f), b = V::load_n(v + half + j, m, 0.0f);
-        const R cc = V::load_n(c + j, m, 0.0f), ss = V::load_n(s + j, m, 0.0f);
-        V::store_n(v + j, V::sub(V::mul(a, cc), V::mul(b, ss)), m);
-        V::store_n(v + half + j, V::add(V::mul(b, cc), V::mul(a, ss)), m);
+        const R a = load_m<V>(v + j, m), b = load_m<V>(v + half + j, m);
+        const R cc = load_m<V>(c + j, m), ss = load_m<V>(s + j, m);
+        store_m<V>(v + j, V::sub(V::mul(a, cc), V::mul(b, ss)), m);
+        store_m<V>(v + half + j, V::add(V::mul(b, cc), V::mul(a, ss)), m);
       }
     }
   }
