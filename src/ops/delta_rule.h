@@ -54,17 +54,19 @@ void gated_delta_rule_chunked(const DeltaRuleShape& shape, const DeltaRuleInputs
                               Isa isa = engine_isa());
 
 // Chooses the form by n_tokens only: chunked from delta_rule_chunk_min(isa) tokens on, the recurrence below; the
-// choice is logged once. Today the recurrence at every length on every ISA, by measurement (2026-12-04, Xeon with
-// AVX-512, quiet 16-core machine, Hv 32, Hk 16, dk = dv = 128, strong and mixed decays, min / median of 5
-// interleaved rounds, us per token; chunked / recurrent):
-//            1 thread                 2 threads                8 threads
-//   T     avx2        avx512       avx2        avx512       avx2        avx512
-//   64    111 / 62    64 / 56      63 / 42     43 / 30      20 / 13     12 / 9.5
-//   512   113 / 63    67 / 55      76 / 43     48 / 32      19 / 12     12 / 9.5
+// choice is logged once. Today the recurrence at every length on every ISA, by measurement (2026-12-04, two runs
+// on a quiet 16-core AVX-512 Xeon, Hv 32, Hk 16, dk = dv = 128, mixed decays; medians of 5 interleaved rounds, us
+// per token at T = 64 and 512, chunked / recurrent, range over both runs):
+//              1 thread              2 threads             8 threads
+//   avx2       92-121 / 63-67        48-76 / 33-47         20-22 / 12.6-14.9
+//   avx512     64-79 / 54-57         34-49 / 27-38         13.2-18.7 / 10.3-20.8
+//   ref (T=64) 293 / 244             149 / 128             73 / 63
 // The fused column-blocked recurrence (ops/simd/simd_delta.h) keeps each state block in L1 over 64 tokens and
-// does ~4 vector ops per state element and token; the chunked form's matrix products do about as many FMAs, plus
-// the decay matrix and the triangular solve (ik_llama.cpp found the same on CPU). Scalar (ref): chunked ~1.1-1.4x
-// slower at T >= 32. Command: build/tern_bench_delta 1 2 8 (bench/delta/delta_forms.cpp).
+// does ~4 vector ops per state element and token; the chunked form's products take about as many FMAs, plus the
+// decay matrix and the triangular solve (ik_llama.cpp found the same on CPU). Only avx512 at 8 threads was mixed
+// (one run 1.2-1.3x for the recurrence, one 1.1x for the chunked form); 2 threads, the engine's target here,
+// favour the recurrence by 1.3-1.6x. The form cannot follow the thread count: results must not depend on it.
+// Command: build/tern_bench_delta 1 2 8 (bench/delta/delta_forms.cpp).
 // Lower kernels' delta_chunk_min for an ISA where the chunked form measures faster.
 int64_t delta_rule_chunk_min(Isa isa);
 void gated_delta_rule(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out,
