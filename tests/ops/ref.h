@@ -80,7 +80,8 @@ inline double nmse(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 inline bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // (empty vectors may hold null pointers, which memcmp must not see even for 0 bytes)
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Output buffer of n floats followed by kGuard canaries; ok() checks the canaries.
