@@ -1,9 +1,17 @@
 // Per-ISA kernel tables of the ops (see kernels.h): the scalar _ref table and the run-time choice.
 #include "ops/kernels.h"
 
+#include <atomic>
+
 #include "core/error.h"
 
 namespace tern::ops {
+
+namespace {
+std::atomic<const Kernels*> g_avx512_override{nullptr};  // set_avx512_kernels (tests only)
+}  // namespace
+
+void set_avx512_kernels(const Kernels* k) { g_avx512_override.store(k, std::memory_order_release); }
 
 const Kernels& kernels_ref() {
   static const Kernels k = {
@@ -30,6 +38,9 @@ const Kernels& kernels_ref() {
 }
 
 const Kernels& kernels(Isa isa) {
+  if (isa == Isa::kAvx512) {
+    if (const Kernels* k = g_avx512_override.load(std::memory_order_acquire)) return *k;  // the twin runs anywhere
+  }
   if (!isa_supported(isa))
     fail("ops: ISA %s requested but this CPU lacks it (has: %s)", isa_name(isa), cpu_features().summary().c_str());
   switch (isa) {

@@ -75,6 +75,13 @@ const Kernels& kernels(Isa isa);
 const Kernels& kernels_ref();
 const Kernels& kernels_avx2();    // ops/avx2/ops_avx2.cpp
 const Kernels& kernels_avx512();  // ops/avx512/ops_avx512.cpp
+namespace simde_twin {
+const Kernels& kernels_avx512();  // the same unit built against SIMDe (test binaries only, tern_avx512_simde)
+}
+
+// Test hook (tests/isa_variant.h): while set, kernels(Isa::kAvx512) returns this table on any host (the SIMDe
+// twin); nullptr restores the native unit. Nothing the engine can select changes.
+void set_avx512_kernels(const Kernels* k);
 
 // The scalar twins (ops/*.cpp): the specification every ISA's kernel is tested against.
 void sigmoid_ref(float* x, int64_t n);

@@ -7,27 +7,40 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/cpu.h"
+#include "isa_variant.h"
 
 namespace tern::ops::test {
 
-// Fixture for the per-ISA kernel tests (test_isa_*.cpp): parameterised by a SIMD ISA, compared with Isa::kRef.
-// An ISA this CPU lacks is reported SKIPPED, never passed.
-class IsaTest : public ::testing::TestWithParam<Isa> {
+// Fixture for the per-ISA kernel tests (test_isa_*.cpp): parameterised by a SIMD kernel variant (tests/isa_variant.h:
+// avx2, avx512_native, avx512_simde = the AVX-512 source through SIMDe), compared with Isa::kRef. A variant this
+// build or CPU cannot run is reported SKIPPED, never passed.
+class IsaTest : public ::testing::TestWithParam<tern::test::IsaVariant> {
  protected:
   void SetUp() override {
-    if (!isa_supported(GetParam()))
-      GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam()) << " (has: " << cpu_features().summary() << ")";
+    if (const std::string why = tern::test::variant_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+    variant_.emplace(GetParam());
   }
-  Isa isa() const { return GetParam(); }
+  void TearDown() override { variant_.reset(); }
+  Isa isa() const { return GetParam().isa; }
+
+ private:
+  std::optional<tern::test::ScopedIsaVariant> variant_;
 };
-inline std::string isa_param_name(const ::testing::TestParamInfo<Isa>& i) { return isa_name(i.param); }
-#define TERN_INSTANTIATE_SIMD(suite) \
-  INSTANTIATE_TEST_SUITE_P(Simd, suite, ::testing::Values(Isa::kAvx2, Isa::kAvx512), isa_param_name)
+inline std::string isa_param_name(const ::testing::TestParamInfo<tern::test::IsaVariant>& i) {
+  return tern::test::variant_name(i.param);
+}
+#define TERN_INSTANTIATE_SIMD(suite)                                                                     \
+  INSTANTIATE_TEST_SUITE_P(Simd, suite,                                                                  \
+                           ::testing::Values(tern::test::IsaVariant{Isa::kAvx2, false},                   \
+                                             tern::test::IsaVariant{Isa::kAvx512, false},                 \
+                                             tern::test::IsaVariant{Isa::kAvx512, true}),                 \
+                           isa_param_name)
 
 // Element by element against a ref: NaN exactly where the ref is NaN, the same infinity where it is infinite,
 // else |a - ref| <= rel |ref| + abs. Reports the first failure and the worst relative error seen.

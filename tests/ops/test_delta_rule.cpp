@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -91,8 +92,11 @@ void check_vs_reference(Decay decay, uint64_t seed) {
     const auto s0 = initial_state(rng);
     std::vector<double> s_ref(s0.begin(), s0.end()), o_ref;
     recurrence_ref(in, s_ref, o_ref);
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {  // every ISA this CPU has, each against float64
-      if (!isa_supported(isa)) continue;
+    for (const tern::test::IsaVariant var : tern::test::kIsaVariants) {  // every variant this build and CPU run
+      if (!tern::test::variant_unavailable(var).empty()) continue;
+      const tern::test::ScopedIsaVariant scope(var);
+      const Isa isa = var.isa;
+      const std::string name = tern::test::variant_name(var);
       std::vector<float> s_rec = s0, s_chk = s0;
       Guarded o_rec(T * kHv * kDv), o_chk(T * kHv * kDv);
       gated_delta_rule_recurrent(in.shape(), in.view(), s_rec.data(), o_rec.data(), isa);
@@ -100,16 +104,16 @@ void check_vs_reference(Decay decay, uint64_t seed) {
       EXPECT_TRUE(o_rec.ok() && o_chk.ok());
       const double e[4] = {nmse(o_rec.values(), o_ref), nmse(s_rec, s_ref), nmse(o_chk.values(), o_ref),
                            nmse(s_chk, s_ref)};
-      std::printf("  %-6s T=%3lld  recurrent: out %.1e state %.1e   chunked: out %.1e state %.1e\n", isa_name(isa),
+      std::printf("  %-13s T=%3lld  recurrent: out %.1e state %.1e   chunked: out %.1e state %.1e\n", name.c_str(),
                   static_cast<long long>(T), e[0], e[1], e[2], e[3]);
       // Contract 15.3 (ggml test-backend-ops threshold) is 1e-7. Both forms measure ~1e-13 here (fp32
       // accumulation over 128-term dots and <= 300 steps of a contractive update), so 1e-10 is asserted: it
       // still leaves three orders of margin and fails on any formula error (wrong head map, missing scale,
       // decay applied after the update, off-by-one in the chunk boundary give NMSE > 1e-4).
-      for (double x : e) EXPECT_LE(x, 1e-10) << isa_name(isa) << " T=" << T;
+      for (double x : e) EXPECT_LE(x, 1e-10) << name << " T=" << T;
       // Chunked == recurrent on the same inputs (the two fp32 forms, outputs and final state).
-      EXPECT_LE(nmse(o_chk.values(), o_rec.values()), 1e-10) << isa_name(isa) << " T=" << T;
-      EXPECT_LE(nmse(s_chk, s_rec), 1e-10) << isa_name(isa) << " T=" << T;
+      EXPECT_LE(nmse(o_chk.values(), o_rec.values()), 1e-10) << name << " T=" << T;
+      EXPECT_LE(nmse(s_chk, s_rec), 1e-10) << name << " T=" << T;
     }
   }
 }

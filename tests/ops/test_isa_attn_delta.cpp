@@ -7,11 +7,16 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/parallel.h"
+#include "ops/activation.h"
+#include "ops/conv.h"
 #include "ops/attention.h"
 #include "ops/delta_rule.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
 #include "ref.h"
 
 using namespace tern;
@@ -230,4 +235,58 @@ TEST_P(IsaDeltaRule, DeterminismAndDispatch) {
     gated_delta_rule(in.shape(n), in.view(), sd.data(), od.data(), isa());
     EXPECT_TRUE(bit_equal(oe, od) && bit_equal(se, sd)) << "n=" << n;
   }
+}
+
+// The SIMDe twin of ops/avx512 against the native unit on a host that has both: bit-identical results for every
+// op (both built with -ffp-contract=off, SIMDe following Intel's pseudo-code), so the twin's passes on an AVX2-only
+// host stand for the native unit's.
+TEST(OpsSimdeTwin, MatchesNativeAvx512) {
+  const tern::test::IsaVariant native{Isa::kAvx512, false}, twin{Isa::kAvx512, true};
+  for (const tern::test::IsaVariant v : {native, twin})
+    if (const std::string why = tern::test::variant_unavailable(v); !why.empty()) GTEST_SKIP() << why;
+  std::mt19937_64 rng(401);
+  const DeltaInputs din(rng, kDeltaCases[1], 70);
+  const auto s0 = rand_vec(rng, din.state_size(), -0.1f, 0.1f);
+  const AttnCase ac{6, 2, 100, 19, 3};
+  Cache cache(ac, KvType::kF16, ac.pos0 + ac.T);
+  const auto k = rand_vec(rng, (ac.pos0 + ac.T) * ac.n_head_kv * ac.hd, -2.0f, 2.0f);
+  const auto v = rand_vec(rng, k.size(), -1.0f, 1.0f), q = rand_vec(rng, ac.T * ac.n_head * ac.hd, -2.0f, 2.0f);
+  const auto x = rand_vec(rng, 3 * 1037, -30.0f, 30.0f), z = rand_vec(rng, x.size(), -8.0f, 8.0f);
+  const auto w = rand_vec(rng, 1037, 0.5f, 1.5f), cw = rand_vec(rng, 300 * 4, -0.8f, 0.8f);
+  const std::vector<int32_t> pos = {3, 70, 4095};
+  const auto cs0 = rand_vec(rng, 300 * 3, -1.0f, 1.0f);
+  auto run = [&](tern::test::IsaVariant var) {
+    const tern::test::ScopedIsaVariant scope(var);
+    const Isa isa = Isa::kAvx512;
+    std::vector<std::vector<float>> r;
+    for (auto f : {&sigmoid_inplace, &silu_inplace, &softplus_inplace}) {
+      r.push_back(x);
+      f(r.back().data(), static_cast<int64_t>(x.size()), isa);
+    }
+    r.push_back(x);
+    softmax_rows(r.back().data(), 3, 1037, isa);
+    r.emplace_back(x.size());
+    rms_norm_gated(x.data(), z.data(), w.data(), r.back().data(), 3, 1037, 1e-6f, isa);
+    r.emplace_back(x.size());
+    l2_norm(x.data(), r.back().data(), 3, 1037, 1e-6f, isa);
+    r.push_back(std::vector<float>(x.begin(), x.begin() + 3 * 2 * 130));
+    rope_neox(r.back().data(), 3, 2, 130, 64, pos.data(), 1e7f, isa);
+    std::vector<float> cs = cs0;
+    r.emplace_back(5 * 300);
+    conv1d_causal_silu(x.data(), 5, 300, 4, cw.data(), cs.data(), r.back().data(), isa);
+    kv_store(cache.view, k.data(), v.data(), ac.pos0 + ac.T, 0, isa);
+    r.emplace_back(q.size());
+    attention_causal(q.data(), ac.T, ac.n_head, cache.view, ac.pos0, 0.1f, r.back().data(), isa);
+    r.push_back(s0);
+    r.emplace_back(din.out_size(70));
+    gated_delta_rule_recurrent(din.shape(70), din.view(), r[r.size() - 2].data(), r.back().data(), isa);
+    r.push_back(s0);
+    r.emplace_back(din.out_size(70));
+    gated_delta_rule_chunked(din.shape(70), din.view(), r[r.size() - 2].data(), r.back().data(), isa);
+    return r;
+  };
+  const auto a = run(native);
+  const auto b = run(twin);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(bit_equal(a[i], b[i])) << "result " << i;
 }

@@ -44,9 +44,8 @@ struct V8 {
   // ... and here a NaN x passes through both.
   static R clamp(R x, float lo, float hi) { return _mm256_min_ps(set1(hi), _mm256_max_ps(set1(lo), x)); }
   static R round(R x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  static R floor(R x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
   static R pow2i(R n) {  // 2^n for integral n in [-126, 127]
-    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    const auto e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
   }
   static R frexp(R x, R* e) {  // x positive normal: mantissa in [0.5, 1), exponent as float

@@ -1,10 +1,11 @@
 // AVX-512 (F, BW, VL, DQ) op kernels: the 16-lane vector policy V16 for the shared kernels in ops/simd/*.h, masked
-// loads / stores for tails. Compiled with TERN_AVX512_FLAGS and -ffp-contract=off (every FMA is written out);
-// reached only through ops::kernels(Isa::kAvx512), after isa_supported. Plain immintrin.h intrinsics.
+// loads for tails. Compiled with TERN_AVX512_FLAGS and -ffp-contract=off (every FMA is written out); reached only
+// through ops::kernels(Isa::kAvx512), after isa_supported. Built a second time as its SIMDe twin for the tests
+// (tern_add_avx512_sources, core/avx512.h): the intrinsics below stay within what that twin provides.
 // GCC 12 reports a false (-Wmaybe)-uninitialized inside its own avx512fintrin.h (the undefined-vector idiom).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
+#include "core/avx512.h"  // first: immintrin.h, or SIMDe for the twin
 
 #include <cstring>
 
@@ -51,9 +52,8 @@ struct V16 {
   // ... and here a NaN x passes through both.
   static R clamp(R x, float lo, float hi) { return _mm512_min_ps(set1(hi), _mm512_max_ps(set1(lo), x)); }
   static R round(R x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  static R floor(R x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
   static R pow2i(R n) {  // 2^n for integral n in [-126, 127]
-    const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+    const auto e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
     return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
   }
   static R frexp(R x, R* e) {  // x positive normal: mantissa in [0.5, 1), exponent as float
@@ -110,10 +110,12 @@ struct V16 {
 
 }  // namespace
 
+TERN_AVX512_BEGIN
 const Kernels& kernels_avx512() {
   // delta_chunk_min: never; the recurrence measured faster at every length (table in delta_rule.h).
   static const Kernels k = make_kernels<V16>(Isa::kAvx512, int64_t{1} << 40);
   return k;
 }
+TERN_AVX512_END
 
 }  // namespace tern::ops

@@ -31,9 +31,10 @@ struct Math {
     p = V::fma(p, r, V::set1(5.0000001201e-1f));
     R y = V::fma(p, V::mul(r, r), r);
     y = V::add(y, V::set1(1.0f));
-    const R n1 = V::floor(V::mul(n, V::set1(0.5f)));
-    const R n2 = V::sub(n, n1);
-    return V::mul(V::mul(y, V::pow2i(n1)), V::pow2i(n2));
+    // n1 = floor(n / 2) as round(n / 2 - 1/4), exact for integral n (no round-down mode: Debian 12's SIMDe ignores
+    // roundscale's, and the SIMDe twin of the AVX-512 unit must compute what the native one does)
+    const R n1 = V::round(V::sub(V::mul(n, V::set1(0.5f)), V::set1(0.25f)));
+    return V::mul(V::mul(y, V::pow2i(n1)), V::pow2i(V::sub(n, n1)));
   }
 
   // Natural log of x >= 1 (finite): x = m 2^e with m in [sqrt(1/2), sqrt(2)), Cephes logf polynomial.
