@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/cpu.h"
+#include "ops/kernels.h"
 #include "quant/kernels_impl.h"
 
 #ifndef TERN_SIMDE_TWIN
@@ -50,11 +51,13 @@ class ScopedIsaVariant {
                                              &quant::simde_twin::act_prims_avx512,
                                              &quant::simde_twin::repack_fn_avx512};
     quant::set_avx512_entries(&kQuant);
+    ops::set_avx512_kernels(&ops::simde_twin::kernels_avx512());
 #endif
   }
   ~ScopedIsaVariant() {
     if (!twin_) return;
     quant::set_avx512_entries(nullptr);
+    ops::set_avx512_kernels(nullptr);
     hide_native_avx512(false);
   }
   ScopedIsaVariant(const ScopedIsaVariant&) = delete;

@@ -4,6 +4,8 @@
 
 #include <atomic>
 
+#include "core/log.h"
+
 namespace tern {
 
 static CpuFeatures detect() {
@@ -82,6 +84,15 @@ Isa best_isa() {
 }
 
 void hide_native_avx512(bool hide) { g_native_avx512_hidden.store(hide, std::memory_order_release); }
+
+Isa engine_isa() {
+  static const Isa isa = [] {
+    const Isa i = best_isa();
+    log::info("cpu: kernels use %s (cpu: %s)", isa_name(i), cpu_features().summary().c_str());
+    return i;
+  }();
+  return isa;
+}
 
 const char* isa_name(Isa isa) {
   switch (isa) {

@@ -16,6 +16,9 @@ struct CpuFeatures {
 const CpuFeatures& cpu_features();
 bool isa_supported(Isa isa);  // can this machine run kernels compiled for isa?
 Isa best_isa();               // from the CPU alone (never affected by the test hook below)
+// The ISA the engine's kernels use (the ops' default; quant::active_isa should forward here): best_isa(), chosen on
+// first use and logged once with the CPU's features.
+Isa engine_isa();
 const char* isa_name(Isa isa);
 
 // Test hook (tests/isa_variant.h): while hidden, isa_supported(kAvx512) is false. The tests hide native AVX-512

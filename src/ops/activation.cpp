@@ -1,25 +1,31 @@
-// Element-wise activations and row softmax (see activation.h).
+// Element-wise activations and row softmax (see activation.h): scalar twins and the dispatch.
 #include "ops/activation.h"
+
+#include "ops/kernels.h"
 
 namespace tern::ops {
 
-void sigmoid_inplace(float* x, int64_t n) {
+void sigmoid_ref(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = sigmoid(x[i]);
 }
 
-void silu_inplace(float* x, int64_t n) {
+void silu_ref(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = silu(x[i]);
 }
 
-void softplus_inplace(float* x, int64_t n) {
+void softplus_ref(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = softplus(x[i]);
 }
 
-void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+void swiglu_ref(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = silu(gate[i]) * up[i];
 }
 
-void softmax_rows(float* x, int64_t n_rows, int64_t n) {
+void sigmoid_gate_ref(float* o, const float* gate, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] *= sigmoid(gate[i]);
+}
+
+void softmax_rows_ref(float* x, int64_t n_rows, int64_t n) {
   for (int64_t r = 0; r < n_rows; ++r) {
     float* row = x + r * n;
     float mx = -INFINITY;
@@ -33,5 +39,13 @@ void softmax_rows(float* x, int64_t n_rows, int64_t n) {
     for (int64_t i = 0; i < n; ++i) row[i] *= inv;
   }
 }
+
+void sigmoid_inplace(float* x, int64_t n, Isa isa) { kernels(isa).sigmoid(x, n); }
+void silu_inplace(float* x, int64_t n, Isa isa) { kernels(isa).silu(x, n); }
+void softplus_inplace(float* x, int64_t n, Isa isa) { kernels(isa).softplus(x, n); }
+void swiglu(const float* gate, const float* up, float* out, int64_t n, Isa isa) {
+  kernels(isa).swiglu(gate, up, out, n);
+}
+void softmax_rows(float* x, int64_t n_rows, int64_t n, Isa isa) { kernels(isa).softmax_rows(x, n_rows, n); }
 
 }  // namespace tern::ops

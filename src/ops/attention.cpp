@@ -1,4 +1,4 @@
-// Causal GQA attention over a per-sequence KV cache (see attention.h).
+// Causal GQA attention over a per-sequence KV cache (see attention.h): scalar twin, task split and dispatch.
 #include "ops/attention.h"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "core/fp16.h"
 #include "core/parallel.h"
 #include "ops/activation.h"
+#include "ops/kernels.h"
 #include "ops/vec.h"
 
 namespace tern::ops {
@@ -28,7 +29,8 @@ void check_kv(const KvCacheView& kv, int64_t n_tokens, int64_t pos0, const char*
   }
 }
 
-constexpr int64_t kHeadsPerTask = 4;  // query heads of one GQA group handled together (fixed: determinism)
+constexpr int64_t kHeadsPerTask = 4;  // query heads of one GQA group handled together (never changes a result)
+constexpr int64_t kTokensPerTask = 16;  // query tokens per task: a query block reuses its KV head's rows in cache
 
 // One KV row as floats: a pointer into an f32 cache, or the f16 row converted (exactly) into buf.
 template <typename Elem>
@@ -72,8 +74,32 @@ void attend_group(const float* q, int64_t n_q, const Elem* k_head, const Elem* v
 
 }  // namespace
 
-void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t n_tokens, int64_t pos0) {
+void attend_ref(const AttnBlock& b) {
+  thread_local std::vector<float> scratch;
+  const int64_t hd = b.head_dim;
+  for (int64_t t = 0; t < b.n_tok; ++t) {
+    const int64_t n_pos = b.n_pos0 + t;
+    scratch.resize(b.n_q * n_pos + hd);
+    float* row = scratch.data() + b.n_q * n_pos;
+    const float* q = b.q + t * b.tok_stride;
+    float* o = b.out + t * b.tok_stride;
+    if (b.f16) {
+      attend_group(q, b.n_q, static_cast<const uint16_t*>(b.k), static_cast<const uint16_t*>(b.v), n_pos, hd, b.scale,
+                   scratch.data(), row, o);
+    } else {
+      attend_group(q, b.n_q, static_cast<const float*>(b.k), static_cast<const float*>(b.v), n_pos, hd, b.scale,
+                   scratch.data(), row, o);
+    }
+  }
+}
+
+void f32_to_f16_ref(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t n_tokens, int64_t pos0, Isa isa) {
   check_kv(kv, n_tokens, pos0, "kv_store");
+  const Kernels& kern = kernels(isa);
   const int64_t hd = kv.head_dim;
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t h = 0; h < kv.n_head_kv; ++h) {
@@ -84,48 +110,49 @@ void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t n_t
         std::memcpy(static_cast<float*>(kv.k) + row, ks, sizeof(float) * hd);
         std::memcpy(static_cast<float*>(kv.v) + row, vs, sizeof(float) * hd);
       } else {
-        uint16_t* kd = static_cast<uint16_t*>(kv.k) + row;
-        uint16_t* vd = static_cast<uint16_t*>(kv.v) + row;
-        for (int64_t i = 0; i < hd; ++i) {
-          kd[i] = fp32_to_fp16(ks[i]);
-          vd[i] = fp32_to_fp16(vs[i]);
-        }
+        kern.f32_to_f16(ks, static_cast<uint16_t*>(kv.k) + row, hd);
+        kern.f32_to_f16(vs, static_cast<uint16_t*>(kv.v) + row, hd);
       }
     }
   }
 }
 
 void attention_causal(const float* q, int64_t n_tokens, int64_t n_head, const KvCacheView& kv, int64_t pos0,
-                      float scale, float* out) {
+                      float scale, float* out, Isa isa) {
   check_kv(kv, n_tokens, pos0, "attention");
   if (n_head <= 0 || n_head % kv.n_head_kv != 0) {
     fail("attention: n_head %lld is not a positive multiple of n_head_kv %lld", static_cast<long long>(n_head),
          static_cast<long long>(kv.n_head_kv));
   }
+  const Kernels& kern = kernels(isa);
   const int64_t hd = kv.head_dim;
   const int64_t group = n_head / kv.n_head_kv;
   const int64_t per_task = group < kHeadsPerTask ? group : kHeadsPerTask;
   const int64_t tasks_per_group = (group + per_task - 1) / per_task;
-  // Task = (token, KV head, block of up to kHeadsPerTask of its query heads).
-  parallel_for(n_tokens * kv.n_head_kv * tasks_per_group, [&](int64_t task) {
-    thread_local std::vector<float> scratch;
-    const int64_t t = task / (kv.n_head_kv * tasks_per_group);
-    const int64_t g = task / tasks_per_group % kv.n_head_kv;
+  const int64_t n_blocks = (n_tokens + kTokensPerTask - 1) / kTokensPerTask;
+  const int64_t per_block = kv.n_head_kv * tasks_per_group;
+  const size_t esz = kv.type == KvType::kF16 ? 2 : 4;
+  // Task = (query block, KV head, block of up to kHeadsPerTask of its query heads). Blocks are visited in the
+  // order 0, last, 1, last - 1, ... so that contiguous shares of the tasks carry similar causal work.
+  parallel_for(n_blocks * per_block, [&](int64_t task) {
+    const int64_t i = task / per_block;
+    const int64_t blk = i % 2 == 0 ? i / 2 : n_blocks - 1 - i / 2;
+    const int64_t g = task % per_block / tasks_per_group;
     const int64_t h0 = g * group + task % tasks_per_group * per_task;
-    const int64_t n_q = std::min(per_task, g * group + group - h0);
-    const int64_t n_pos = pos0 + t + 1;
-    scratch.resize(n_q * n_pos + hd);
-    const float* qr = q + (t * n_head + h0) * hd;
-    float* o = out + (t * n_head + h0) * hd;
-    const int64_t off = g * kv.n_ctx * hd;
-    float* row = scratch.data() + n_q * n_pos;
-    if (kv.type == KvType::kF32) {
-      attend_group(qr, n_q, static_cast<const float*>(kv.k) + off, static_cast<const float*>(kv.v) + off, n_pos, hd,
-                   scale, scratch.data(), row, o);
-    } else {
-      attend_group(qr, n_q, static_cast<const uint16_t*>(kv.k) + off, static_cast<const uint16_t*>(kv.v) + off,
-                   n_pos, hd, scale, scratch.data(), row, o);
-    }
+    const int64_t t0 = blk * kTokensPerTask;
+    AttnBlock b;
+    b.q = q + (t0 * n_head + h0) * hd;
+    b.out = out + (t0 * n_head + h0) * hd;
+    b.tok_stride = n_head * hd;
+    b.n_tok = std::min(kTokensPerTask, n_tokens - t0);
+    b.n_q = std::min(per_task, g * group + group - h0);
+    b.head_dim = hd;
+    b.n_pos0 = pos0 + t0 + 1;
+    b.k = static_cast<const char*>(kv.k) + g * kv.n_ctx * hd * esz;
+    b.v = static_cast<const char*>(kv.v) + g * kv.n_ctx * hd * esz;
+    b.f16 = kv.type == KvType::kF16;
+    b.scale = scale;
+    kern.attend(b);
   });
 }
 
@@ -136,8 +163,6 @@ void split_q_gate(const float* qg, int64_t n_tokens, int64_t n_head, int64_t hea
   }
 }
 
-void apply_sigmoid_gate(float* o, const float* gate, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) o[i] *= sigmoid(gate[i]);
-}
+void apply_sigmoid_gate(float* o, const float* gate, int64_t n, Isa isa) { kernels(isa).sigmoid_gate(o, gate, n); }
 
 }  // namespace tern::ops

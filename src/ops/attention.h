@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/cpu.h"
+
 namespace tern::ops {
 
 enum class KvType { kF32, kF16 };
@@ -24,22 +26,26 @@ struct KvCacheView {
 };
 
 // Writes k, v [n_tokens, n_head_kv, head_dim] (f32) into cache positions pos0 .. pos0 + n_tokens - 1,
-// rounding to half (nearest-even) for an f16 cache. Throws tern::Error if the range exceeds n_ctx.
-void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t n_tokens, int64_t pos0);
+// rounding to half (nearest-even; the same bits on every ISA) for an f16 cache. Throws tern::Error if the range
+// exceeds n_ctx.
+void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t n_tokens, int64_t pos0,
+              Isa isa = engine_isa());
 
 // out[t, h, :] = sum_{p <= pos0 + t} softmax_p(scale * q[t, h, :] . K[g, p, :]) V[g, p, :], g = h / (n_head /
 // n_head_kv) (HF repeat_kv / ggml broadcast: consecutive query heads share a KV head). q, out
 // [n_tokens, n_head, head_dim] f32, must not alias. Positions pos0 .. pos0 + n_tokens - 1 must already be
-// stored (kv_store). scale is 1/sqrt(head_dim) for Qwen3.5-MoE. Softmax in fp32 with a double sum.
+// stored (kv_store). scale is 1/sqrt(head_dim) for Qwen3.5-MoE. Softmax in fp32 with a double sum. Work is split
+// into tasks of up to 16 query tokens x 4 query heads of one KV head (f16 rows are converted in registers).
 // Throws tern::Error on inconsistent shapes or a position range outside the cache.
 void attention_causal(const float* q, int64_t n_tokens, int64_t n_head, const KvCacheView& kv, int64_t pos0,
-                      float scale, float* out);
+                      float scale, float* out, Isa isa = engine_isa());
 
 // Splits the q_proj output qg [n_tokens, n_head, 2 * head_dim] (per head: head_dim query values, then
-// head_dim gate values — contract 7.1) into q and gate, each [n_tokens, n_head, head_dim].
+// head_dim gate values — contract 7.1) into q and gate, each [n_tokens, n_head, head_dim]. A copy (memcpy per
+// row): no per-ISA kernel.
 void split_q_gate(const float* qg, int64_t n_tokens, int64_t n_head, int64_t head_dim, float* q, float* gate);
 
 // o[i] *= sigmoid(gate[i]) over n values: the attention output gate (contract 7, step 7).
-void apply_sigmoid_gate(float* o, const float* gate, int64_t n);
+void apply_sigmoid_gate(float* o, const float* gate, int64_t n, Isa isa = engine_isa());
 
 }  // namespace tern::ops

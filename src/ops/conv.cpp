@@ -1,4 +1,4 @@
-// Causal depthwise conv1d + SiLU with rolling state (see conv.h).
+// Causal depthwise conv1d + SiLU with rolling state (see conv.h): scalar twin and the threaded dispatch.
 #include "ops/conv.h"
 
 #include <algorithm>
@@ -7,16 +7,15 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/activation.h"
+#include "ops/kernels.h"
 
 namespace tern::ops {
 
-namespace {
+constexpr int64_t kChannelBlock = 256;  // channels per parallel task (fixed: the split never changes a result)
 
-constexpr int64_t kChannelBlock = 256;  // channels per parallel task
-
-// Outputs and state update for channels [c0, c1).
-void conv_block(const float* x, int64_t n_tokens, int64_t n_ch, int64_t kernel, const float* w, float* state,
-                float* y, int64_t c0, int64_t c1) {
+// Outputs of channels [c0, c1) (the state is read, not updated).
+void conv_silu_ref(const float* x, int64_t n_tokens, int64_t n_ch, int64_t kernel, const float* w,
+                   const float* state, float* y, int64_t c0, int64_t c1) {
   const int64_t ns = kernel - 1;
   const int64_t nc = c1 - c0;
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -35,6 +34,13 @@ void conv_block(const float* x, int64_t n_tokens, int64_t n_ch, int64_t kernel, 
     }
     for (int64_t c = 0; c < nc; ++c) yr[c] = silu(yr[c]);
   }
+}
+
+namespace {
+
+// The state update of channels [c0, c1), after their outputs (a copy: the same for every ISA).
+void conv_state_update(const float* x, int64_t n_tokens, int64_t n_ch, int64_t ns, float* state, int64_t c0,
+                       int64_t c1) {
   // New state: the last ns entries of [state ; x], per channel, oldest first.
   for (int64_t c = c0; c < c1; ++c) {
     float* s = state + c * ns;
@@ -50,12 +56,14 @@ void conv_block(const float* x, int64_t n_tokens, int64_t n_ch, int64_t kernel, 
 }  // namespace
 
 void conv1d_causal_silu(const float* x, int64_t n_tokens, int64_t n_ch, int64_t kernel, const float* w,
-                        float* state, float* y) {
+                        float* state, float* y, Isa isa) {
   if (kernel < 1) fail("conv1d: kernel %lld must be >= 1", static_cast<long long>(kernel));
+  const Kernels& k = kernels(isa);
   const int64_t n_blocks = (n_ch + kChannelBlock - 1) / kChannelBlock;
   parallel_for(n_blocks, [&](int64_t b) {
     const int64_t c0 = b * kChannelBlock, c1 = std::min(n_ch, c0 + kChannelBlock);
-    conv_block(x, n_tokens, n_ch, kernel, w, state, y, c0, c1);
+    k.conv_silu(x, n_tokens, n_ch, kernel, w, state, y, c0, c1);
+    conv_state_update(x, n_tokens, n_ch, kernel - 1, state, c0, c1);
   });
 }
 

@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/cpu.h"
+
 namespace tern::ops {
 
 // x      [n_tokens, n_ch]   pre-conv inputs (the in_proj_qkv output rows), f32
@@ -15,8 +17,8 @@ namespace tern::ops {
 //                           inputs of [state ; x].
 // y      [n_tokens, n_ch]   y[t][c] = silu(sum_{i<kernel} w[c][i] * m[t - kernel + 1 + i][c]) where m is x
 //                           continued backwards by the state. Must not alias x or state.
-// Throws tern::Error if kernel < 1.
+// Throws tern::Error if kernel < 1. `isa` selects the kernels (ops/kernels.h); the equalities above hold per ISA.
 void conv1d_causal_silu(const float* x, int64_t n_tokens, int64_t n_ch, int64_t kernel, const float* w,
-                        float* state, float* y);
+                        float* state, float* y, Isa isa = engine_isa());
 
 }  // namespace tern::ops

@@ -1,13 +1,17 @@
-// Gated delta rule: token recurrence and chunked form (see delta_rule.h for conventions and layouts).
+// Gated delta rule: token recurrence and chunked form (see delta_rule.h for conventions and layouts): the scalar
+// twins, the per-head split and the choice between the two forms.
 #include "ops/delta_rule.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/parallel.h"
+#include "ops/kernels.h"
 #include "ops/vec.h"
 
 namespace tern::ops {
@@ -31,46 +35,40 @@ void check_shape(const DeltaRuleShape& s, const DeltaRuleInputs& in) {
   }
 }
 
-// Row pointers of token t for value head h (key head h % Hk: the tiled GGUF convention).
-struct HeadRows {
-  const float* q;
-  const float* k;
-  const float* v;
-};
+}  // namespace
 
-HeadRows head_rows(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t t, int64_t h) {
-  const int64_t kh = h % s.n_k_heads;
-  return {in.q + t * in.q_stride + kh * s.head_k_dim, in.k + t * in.k_stride + kh * s.head_k_dim,
-          in.v + t * in.v_stride + h * s.head_v_dim};
-}
-
-void recurrent_head(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t h, float* S, float* out) {
-  const int64_t dk = s.head_k_dim, dv = s.head_v_dim;
+void delta_recurrent_ref(const DeltaHead& h) {
+  const int64_t dk = h.dk, dv = h.dv;
+  float* S = h.S;
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
   thread_local std::vector<float> buf;
   buf.resize(2 * dv);
   float* e = buf.data();
   float* delta = buf.data() + dv;
-  for (int64_t t = 0; t < s.n_tokens; ++t) {
-    const HeadRows r = head_rows(s, in, t, h);
-    const float alpha = std::exp(in.g[t * s.n_v_heads + h]);
-    const float beta = in.beta[t * s.n_v_heads + h];
+  for (int64_t t = 0; t < h.n_tokens; ++t) {
+    const float* q = h.q + t * h.q_stride;
+    const float* k = h.k + t * h.k_stride;
+    const float* v = h.v + t * h.v_stride;
+    const float alpha = std::exp(h.g[t * h.gb_stride]);
+    const float beta = h.beta[t * h.gb_stride];
     std::fill(e, e + dv, 0.0f);
     for (int64_t i = 0; i < dk; ++i) {  // S <- alpha S; e = S^T k
       float* row = S + i * dv;
       vec::scale(alpha, row, dv);
-      vec::axpy(r.k[i], row, e, dv);
+      vec::axpy(k[i], row, e, dv);
     }
-    for (int64_t j = 0; j < dv; ++j) delta[j] = beta * (r.v[j] - e[j]);
-    float* o = out + (t * s.n_v_heads + h) * dv;
+    for (int64_t j = 0; j < dv; ++j) delta[j] = beta * (v[j] - e[j]);
+    float* o = h.out + t * h.out_stride;
     std::fill(o, o + dv, 0.0f);
     for (int64_t i = 0; i < dk; ++i) {  // S <- S + k delta^T; o = S^T q
       float* row = S + i * dv;
-      vec::axpy(r.k[i], delta, row, dv);
-      vec::axpy(r.q[i] * q_scale, row, o, dv);
+      vec::axpy(k[i], delta, row, dv);
+      vec::axpy(q[i] * q_scale, row, o, dv);
     }
   }
 }
+
+namespace {
 
 // Scratch for one chunk of one value head. C = chunk length (<= 64).
 struct ChunkScratch {
@@ -93,26 +91,28 @@ struct ChunkScratch {
   }
 };
 
+const float* k_row(const DeltaHead& h, int64_t t) { return h.k + t * h.k_stride; }
+float g_at(const DeltaHead& h, int64_t t) { return h.g[t * h.gb_stride]; }
+
 // Intra-chunk matrices: gam, dec, kk, qk, qs for tokens [t0, t0 + n).
-void chunk_prepare(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t h, int64_t t0, int64_t n,
-                   ChunkScratch& c) {
-  const int64_t dk = s.head_k_dim, C = kDeltaRuleChunk;
+void chunk_prepare(const DeltaHead& h, int64_t t0, int64_t n, ChunkScratch& c) {
+  const int64_t dk = h.dk, C = kDeltaRuleChunk;
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
   float acc = 0.0f;
   for (int64_t r = 0; r < n; ++r) {
-    acc += in.g[(t0 + r) * s.n_v_heads + h];
+    acc += g_at(h, t0 + r);
     c.gam[r] = acc;
-    const float* q = head_rows(s, in, t0 + r, h).q;
+    const float* q = h.q + (t0 + r) * h.q_stride;
     for (int64_t i = 0; i < dk; ++i) c.qs[r * dk + i] = q[i] * q_scale;
   }
   for (int64_t r = 0; r < n; ++r) {
-    const float* kr = head_rows(s, in, t0 + r, h).k;
+    const float* kr = k_row(h, t0 + r);
     // gam[r] - gam[j] summed directly as g[j+1] + ... + g[r]: subtracting two large cumulative sums (g can
     // reach -20 per token, so gam ~ -1e3 within a chunk) would cancel to ~1e-4 absolute error.
     float diff = 0.0f;
     for (int64_t j = r; j >= 0; --j) {
-      if (j < r) diff += in.g[(t0 + j + 1) * s.n_v_heads + h];
-      const float* kj = head_rows(s, in, t0 + j, h).k;
+      if (j < r) diff += g_at(h, t0 + j + 1);
+      const float* kj = k_row(h, t0 + j);
       c.dec[r * C + j] = std::exp(diff);
       c.kk[r * C + j] = j < r ? vec::dot(kr, kj, dk) : 0.0f;
       c.qk[r * C + j] = vec::dot(c.qs.data() + r * dk, kj, dk);
@@ -121,20 +121,21 @@ void chunk_prepare(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t h
 }
 
 // One chunk of one head: outputs for tokens [t0, t0 + n) and the state update.
-void chunk_step(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t h, int64_t t0, int64_t n, float* S,
-                float* out, ChunkScratch& c) {
-  const int64_t dk = s.head_k_dim, dv = s.head_v_dim, C = kDeltaRuleChunk;
-  chunk_prepare(s, in, h, t0, n, c);
+void chunk_step(const DeltaHead& h, int64_t t0, int64_t n, ChunkScratch& c) {
+  const int64_t dk = h.dk, dv = h.dv, C = kDeltaRuleChunk;
+  float* S = h.S;
+  chunk_prepare(h, t0, n, c);
   // (I + A) U = beta V and (I + A) W = beta exp(gam) K by forward substitution,
   // A[r][j] = beta_r (k_r . k_j) exp(gam_r - gam_j) for j < r.
   for (int64_t r = 0; r < n; ++r) {
-    const HeadRows rows = head_rows(s, in, t0 + r, h);
-    const float beta = in.beta[(t0 + r) * s.n_v_heads + h];
+    const float* kr = k_row(h, t0 + r);
+    const float* vr = h.v + (t0 + r) * h.v_stride;
+    const float beta = h.beta[(t0 + r) * h.gb_stride];
     float* ur = c.u.data() + r * dv;
     float* wr = c.w.data() + r * dk;
     const float bg = beta * std::exp(c.gam[r]);
-    for (int64_t j = 0; j < dv; ++j) ur[j] = beta * rows.v[j];
-    for (int64_t i = 0; i < dk; ++i) wr[i] = bg * rows.k[i];
+    for (int64_t j = 0; j < dv; ++j) ur[j] = beta * vr[j];
+    for (int64_t i = 0; i < dk; ++i) wr[i] = bg * kr[i];
     for (int64_t j = 0; j < r; ++j) {
       const float a = beta * c.kk[r * C + j] * c.dec[r * C + j];
       vec::axpy(-a, c.u.data() + j * dv, ur, dv);
@@ -148,7 +149,7 @@ void chunk_step(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t h, i
     for (int64_t i = 0; i < dk; ++i) vec::axpy(-wr[i], S + i * dv, vr, dv);
   }
   for (int64_t r = 0; r < n; ++r) {
-    float* o = out + ((t0 + r) * s.n_v_heads + h) * dv;
+    float* o = h.out + (t0 + r) * h.out_stride;
     std::fill(o, o + dv, 0.0f);
     const float* qr = c.qs.data() + r * dk;
     for (int64_t i = 0; i < dk; ++i) vec::axpy(qr[i], S + i * dv, o, dv);
@@ -161,38 +162,76 @@ void chunk_step(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t h, i
     float* row = S + i * dv;
     vec::scale(e_last, row, dv);
     for (int64_t j = 0; j < n; ++j) {
-      const float kji = head_rows(s, in, t0 + j, h).k[i];
+      const float kji = k_row(h, t0 + j)[i];
       vec::axpy(c.dec[(n - 1) * C + j] * kji, c.u.data() + j * dv, row, dv);
     }
   }
 }
 
+// Value head h's view of the inputs (key head h % Hk: the tiled GGUF convention).
+DeltaHead head_view(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t h, float* state, float* out) {
+  const int64_t kh = h % s.n_k_heads;
+  DeltaHead d;
+  d.q = in.q + kh * s.head_k_dim;
+  d.k = in.k + kh * s.head_k_dim;
+  d.v = in.v + h * s.head_v_dim;
+  d.q_stride = in.q_stride;
+  d.k_stride = in.k_stride;
+  d.v_stride = in.v_stride;
+  d.g = in.g + h;
+  d.beta = in.beta + h;
+  d.gb_stride = s.n_v_heads;
+  d.out = out + h * s.head_v_dim;
+  d.out_stride = s.n_v_heads * s.head_v_dim;
+  d.S = state + h * s.head_k_dim * s.head_v_dim;
+  d.n_tokens = s.n_tokens;
+  d.dk = s.head_k_dim;
+  d.dv = s.head_v_dim;
+  return d;
+}
+
 }  // namespace
 
-void gated_delta_rule_recurrent(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out) {
-  check_shape(shape, in);
-  const int64_t per_head = shape.head_k_dim * shape.head_v_dim;
-  parallel_for(shape.n_v_heads, [&](int64_t h) { recurrent_head(shape, in, h, state + h * per_head, out); });
+void delta_chunked_ref(const DeltaHead& h) {
+  thread_local ChunkScratch scratch;
+  scratch.resize(h.dk, h.dv);
+  for (int64_t t0 = 0; t0 < h.n_tokens; t0 += kDeltaRuleChunk) {
+    chunk_step(h, t0, std::min(kDeltaRuleChunk, h.n_tokens - t0), scratch);
+  }
 }
 
-void gated_delta_rule_chunked(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out) {
+void gated_delta_rule_recurrent(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out,
+                                Isa isa) {
   check_shape(shape, in);
-  const int64_t per_head = shape.head_k_dim * shape.head_v_dim;
-  parallel_for(shape.n_v_heads, [&](int64_t h) {
-    thread_local ChunkScratch scratch;
-    scratch.resize(shape.head_k_dim, shape.head_v_dim);
-    for (int64_t t0 = 0; t0 < shape.n_tokens; t0 += kDeltaRuleChunk) {
-      const int64_t n = std::min(kDeltaRuleChunk, shape.n_tokens - t0);
-      chunk_step(shape, in, h, t0, n, state + h * per_head, out, scratch);
+  const Kernels& k = kernels(isa);
+  parallel_for(shape.n_v_heads, [&](int64_t h) { k.delta_recurrent(head_view(shape, in, h, state, out)); });
+}
+
+void gated_delta_rule_chunked(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out,
+                              Isa isa) {
+  check_shape(shape, in);
+  const Kernels& k = kernels(isa);
+  parallel_for(shape.n_v_heads, [&](int64_t h) { k.delta_chunked(head_view(shape, in, h, state, out)); });
+}
+
+int64_t delta_rule_chunk_min(Isa isa) { return kernels(isa).delta_chunk_min; }
+
+void gated_delta_rule(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out, Isa isa) {
+  const int64_t chunk_min = delta_rule_chunk_min(isa);
+  static std::once_flag logged;
+  std::call_once(logged, [&] {
+    if (chunk_min >= (int64_t{1} << 40)) {
+      log::info("ops: gated delta rule: token recurrence at every length on %s (the chunked form measured slower, "
+                "see ops/delta_rule.h)", isa_name(isa));
+    } else {
+      log::info("ops: gated delta rule: chunked form for segments of >= %lld tokens on %s, the recurrence below "
+                "(measured crossover)", static_cast<long long>(chunk_min), isa_name(isa));
     }
   });
-}
-
-void gated_delta_rule(const DeltaRuleShape& shape, const DeltaRuleInputs& in, float* state, float* out) {
-  if (shape.n_tokens < kDeltaRuleChunkMin) {
-    gated_delta_rule_recurrent(shape, in, state, out);
+  if (shape.n_tokens < chunk_min) {
+    gated_delta_rule_recurrent(shape, in, state, out, isa);
   } else {
-    gated_delta_rule_chunked(shape, in, state, out);
+    gated_delta_rule_chunked(shape, in, state, out, isa);
   }
 }
 

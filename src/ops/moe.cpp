@@ -6,21 +6,24 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ops/activation.h"
+#include "ops/kernels.h"
 
 namespace tern::ops {
 
 void moe_route_softmax_topk(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t n_used, int32_t* ids,
-                            float* weights) {
+                            float* weights, Isa isa) {
   if (n_used <= 0 || n_expert <= 0 || n_used > n_expert) {
     fail("moe routing: n_expert_used %lld must be in [1, n_expert = %lld]", static_cast<long long>(n_used),
          static_cast<long long>(n_expert));
   }
-  std::vector<float> p(n_expert);
-  std::vector<int32_t> order(n_expert);
+  const Kernels& kern = kernels(isa);
+  thread_local std::vector<float> p;
+  thread_local std::vector<int32_t> order;
+  p.resize(n_expert);
+  order.resize(n_expert);
   for (int64_t t = 0; t < n_tokens; ++t) {
     std::copy(logits + t * n_expert, logits + (t + 1) * n_expert, p.begin());
-    softmax_rows(p.data(), 1, n_expert);
+    kern.softmax_rows(p.data(), 1, n_expert);
     for (int64_t e = 0; e < n_expert; ++e) order[e] = static_cast<int32_t>(e);
     // Strict weak order: higher probability first, then lower index. NaNs compare false both ways and
     // would break the strict weak order, so they are ranked as -inf here.

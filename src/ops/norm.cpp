@@ -1,9 +1,10 @@
-// Row normalisations (see norm.h).
+// Row normalisations (see norm.h): scalar twins and the dispatch.
 #include "ops/norm.h"
 
 #include <cmath>
 
 #include "ops/activation.h"
+#include "ops/kernels.h"
 
 namespace tern::ops {
 
@@ -23,7 +24,7 @@ float rms_scale(const float* x, int64_t n, float eps) {
 
 }  // namespace
 
-void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) {
+void rms_norm_ref(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
@@ -36,7 +37,7 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t 
   }
 }
 
-void l2_norm(const float* x, float* y, int64_t n_rows, int64_t n, float eps) {
+void l2_norm_ref(const float* x, float* y, int64_t n_rows, int64_t n, float eps) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
@@ -46,7 +47,7 @@ void l2_norm(const float* x, float* y, int64_t n_rows, int64_t n, float eps) {
   }
 }
 
-void rms_norm_gated(const float* x, const float* z, const float* w, float* y, int64_t n_rows, int64_t n,
+void rms_norm_gated_ref(const float* x, const float* z, const float* w, float* y, int64_t n_rows, int64_t n,
                     float eps) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * n;
@@ -55,6 +56,19 @@ void rms_norm_gated(const float* x, const float* z, const float* w, float* y, in
     const float scale = rms_scale(xr, n, eps);
     for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * scale) * w[i] * silu(zr[i]);
   }
+}
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps, Isa isa) {
+  kernels(isa).rms_norm(x, w, y, n_rows, n, eps);
+}
+
+void l2_norm(const float* x, float* y, int64_t n_rows, int64_t n, float eps, Isa isa) {
+  kernels(isa).l2_norm(x, y, n_rows, n, eps);
+}
+
+void rms_norm_gated(const float* x, const float* z, const float* w, float* y, int64_t n_rows, int64_t n, float eps,
+                    Isa isa) {
+  kernels(isa).rms_norm_gated(x, z, w, y, n_rows, n, eps);
 }
 
 }  // namespace tern::ops

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/kernels.h"
 
 namespace tern::ops {
 
@@ -40,15 +41,11 @@ void rope_cos_sin(const int32_t* pos, int64_t n_tokens, int64_t n_rot, float fre
   }
 }
 
-void rope_neox(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, int64_t n_rot,
-               const int32_t* pos, float freq_base) {
-  check_rope_args(head_dim, n_rot, freq_base);
-  const int64_t half = n_rot / 2;
-  std::vector<float> cs(n_tokens * half), sn(n_tokens * half);
-  rope_cos_sin(pos, n_tokens, n_rot, freq_base, cs.data(), sn.data());
+void rope_neox_ref(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, int64_t half, const float* cs,
+                   const float* sn) {
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* c = cs.data() + t * half;
-    const float* s = sn.data() + t * half;
+    const float* c = cs + t * half;
+    const float* s = sn + t * half;
     for (int64_t h = 0; h < n_head; ++h) {
       float* v = x + (t * n_head + h) * head_dim;
       for (int64_t j = 0; j < half; ++j) {
@@ -58,6 +55,18 @@ void rope_neox(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, int
       }
     }
   }
+}
+
+void rope_neox(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, int64_t n_rot, const int32_t* pos,
+               float freq_base, Isa isa) {
+  check_rope_args(head_dim, n_rot, freq_base);
+  const Kernels& k = kernels(isa);
+  const int64_t half = n_rot / 2;
+  thread_local std::vector<float> cs, sn;  // [n_tokens, half]: reused, no heap traffic per call once grown
+  cs.resize(n_tokens * half);
+  sn.resize(n_tokens * half);
+  rope_cos_sin(pos, n_tokens, n_rot, freq_base, cs.data(), sn.data());
+  k.rope_neox(x, n_tokens, n_head, head_dim, half, cs.data(), sn.data());
 }
 
 }  // namespace tern::ops

@@ -12,6 +12,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/cpu.h"
+
 namespace tern::ops {
 
 // cos_out, sin_out [n_tokens, n_rot / 2]: the table above for positions pos [n_tokens].
@@ -23,8 +25,10 @@ void rope_cos_sin(const int32_t* pos, int64_t n_tokens, int64_t n_rot, float fre
 //   x'[j]           = x[j] cos - x[j + n_rot/2] sin
 //   x'[j + n_rot/2] = x[j + n_rot/2] cos + x[j] sin
 // Dims n_rot..head_dim-1 are untouched. Throws tern::Error if n_rot is odd, not positive or > head_dim,
-// or freq_base is not positive.
+// or freq_base is not positive. The table is shared scalar code; the rotation runs the kernels of `isa`
+// (ops/kernels.h), which all compute the two products and the difference / sum above without fusing them, so every
+// ISA gives the ref's bits.
 void rope_neox(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, int64_t n_rot,
-               const int32_t* pos, float freq_base);
+               const int32_t* pos, float freq_base, Isa isa = engine_isa());
 
 }  // namespace tern::ops

@@ -91,13 +91,18 @@ void attention_vs_double(KvType type) {
   Cache c(s, type);
   kv_store(c.view, k.data(), v.data(), past, 0);  // the cached prefix
   kv_store(c.view, k.data() + past * s.n_head_kv * hd, v.data() + past * s.n_head_kv * hd, T, past);
-  Guarded out(T * s.n_head * hd);
-  attention_causal(q.data(), T, s.n_head, c.view, past, 1.0f / std::sqrt(static_cast<float>(hd)), out.data());
   const auto ref = attention_ref(q, stored(k, type), stored(v, type), T, past, s);
-  // fp32 dots of 256 terms are good to ~1e-7 relative per score, so NMSE lands near 1e-13; 1e-10 leaves
-  // margin yet fails on a wrong KV-head mapping, scale, or causal bound (those give NMSE > 1e-3).
-  EXPECT_LE(nmse(out.values(), ref), 1e-10);
-  EXPECT_TRUE(out.ok());
+  for (const tern::test::IsaVariant var : tern::test::kIsaVariants) {  // every variant this build and CPU run
+    if (!tern::test::variant_unavailable(var).empty()) continue;
+    const tern::test::ScopedIsaVariant scope(var);
+    Guarded out(T * s.n_head * hd);
+    attention_causal(q.data(), T, s.n_head, c.view, past, 1.0f / std::sqrt(static_cast<float>(hd)), out.data(),
+                     var.isa);
+    // fp32 dots of 256 terms are good to ~1e-7 relative per score, so NMSE lands near 1e-13; 1e-10 leaves
+    // margin yet fails on a wrong KV-head mapping, scale, or causal bound (those give NMSE > 1e-3).
+    EXPECT_LE(nmse(out.values(), ref), 1e-10) << tern::test::variant_name(var);
+    EXPECT_TRUE(out.ok());
+  }
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 // ops: gated delta rule — token recurrence and chunked form vs a float64 recurrence written here from the
-// contract (8.5), chunked == recurrent for T in {1, 63, 64, 65, 300}, state handoff, thread invariance.
+// contract (8.5) on every ISA this CPU has, chunked == recurrent for T in {1, 63, 64, 65, 300}, state handoff,
+// thread invariance.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -90,23 +92,29 @@ void check_vs_reference(Decay decay, uint64_t seed) {
     const auto s0 = initial_state(rng);
     std::vector<double> s_ref(s0.begin(), s0.end()), o_ref;
     recurrence_ref(in, s_ref, o_ref);
-    std::vector<float> s_rec = s0, s_chk = s0;
-    Guarded o_rec(T * kHv * kDv), o_chk(T * kHv * kDv);
-    gated_delta_rule_recurrent(in.shape(), in.view(), s_rec.data(), o_rec.data());
-    gated_delta_rule_chunked(in.shape(), in.view(), s_chk.data(), o_chk.data());
-    EXPECT_TRUE(o_rec.ok() && o_chk.ok());
-    const double e[4] = {nmse(o_rec.values(), o_ref), nmse(s_rec, s_ref), nmse(o_chk.values(), o_ref),
-                         nmse(s_chk, s_ref)};
-    std::printf("  T=%3lld  recurrent: out %.1e state %.1e   chunked: out %.1e state %.1e\n",
-                static_cast<long long>(T), e[0], e[1], e[2], e[3]);
-    // Contract 15.3 (ggml test-backend-ops threshold) is 1e-7. Both forms measure ~1e-13 here (fp32
-    // accumulation over 128-term dots and <= 300 steps of a contractive update), so 1e-10 is asserted: it
-    // still leaves three orders of margin and fails on any formula error (wrong head map, missing scale,
-    // decay applied after the update, off-by-one in the chunk boundary give NMSE > 1e-4).
-    for (double x : e) EXPECT_LE(x, 1e-10) << "T=" << T;
-    // Chunked == recurrent on the same inputs (the two fp32 forms, outputs and final state).
-    EXPECT_LE(nmse(o_chk.values(), o_rec.values()), 1e-10) << "T=" << T;
-    EXPECT_LE(nmse(s_chk, s_rec), 1e-10) << "T=" << T;
+    for (const tern::test::IsaVariant var : tern::test::kIsaVariants) {  // every variant this build and CPU run
+      if (!tern::test::variant_unavailable(var).empty()) continue;
+      const tern::test::ScopedIsaVariant scope(var);
+      const Isa isa = var.isa;
+      const std::string name = tern::test::variant_name(var);
+      std::vector<float> s_rec = s0, s_chk = s0;
+      Guarded o_rec(T * kHv * kDv), o_chk(T * kHv * kDv);
+      gated_delta_rule_recurrent(in.shape(), in.view(), s_rec.data(), o_rec.data(), isa);
+      gated_delta_rule_chunked(in.shape(), in.view(), s_chk.data(), o_chk.data(), isa);
+      EXPECT_TRUE(o_rec.ok() && o_chk.ok());
+      const double e[4] = {nmse(o_rec.values(), o_ref), nmse(s_rec, s_ref), nmse(o_chk.values(), o_ref),
+                           nmse(s_chk, s_ref)};
+      std::printf("  %-13s T=%3lld  recurrent: out %.1e state %.1e   chunked: out %.1e state %.1e\n", name.c_str(),
+                  static_cast<long long>(T), e[0], e[1], e[2], e[3]);
+      // Contract 15.3 (ggml test-backend-ops threshold) is 1e-7. Both forms measure ~1e-13 here (fp32
+      // accumulation over 128-term dots and <= 300 steps of a contractive update), so 1e-10 is asserted: it
+      // still leaves three orders of margin and fails on any formula error (wrong head map, missing scale,
+      // decay applied after the update, off-by-one in the chunk boundary give NMSE > 1e-4).
+      for (double x : e) EXPECT_LE(x, 1e-10) << name << " T=" << T;
+      // Chunked == recurrent on the same inputs (the two fp32 forms, outputs and final state).
+      EXPECT_LE(nmse(o_chk.values(), o_rec.values()), 1e-10) << name << " T=" << T;
+      EXPECT_LE(nmse(s_chk, s_rec), 1e-10) << name << " T=" << T;
+    }
   }
 }
 
@@ -125,12 +133,12 @@ TEST(DeltaRule, StateHandoff) {
   DeltaRuleShape all = in.shape(), a = all, b = all;
   a.n_tokens = nA;
   b.n_tokens = nB;
-  using Fn = void (*)(const DeltaRuleShape&, const DeltaRuleInputs&, float*, float*);
+  using Fn = void (*)(const DeltaRuleShape&, const DeltaRuleInputs&, float*, float*, Isa);
   for (Fn fn : {Fn(gated_delta_rule_recurrent), Fn(gated_delta_rule_chunked)}) {
     std::vector<float> s_all = s0, s_ab = s0, o_all(177 * per_tok), o_ab(177 * per_tok);
-    fn(all, in.view(), s_all.data(), o_all.data());
-    fn(a, in.view(0), s_ab.data(), o_ab.data());
-    fn(b, in.view(nA), s_ab.data(), o_ab.data() + nA * per_tok);
+    fn(all, in.view(), s_all.data(), o_all.data(), engine_isa());
+    fn(a, in.view(0), s_ab.data(), o_ab.data(), engine_isa());
+    fn(b, in.view(nA), s_ab.data(), o_ab.data() + nA * per_tok, engine_isa());
     if (fn == Fn(gated_delta_rule_recurrent)) {
       EXPECT_TRUE(bit_equal(o_all, o_ab));
       EXPECT_TRUE(bit_equal(s_all, s_ab));
@@ -144,7 +152,7 @@ TEST(DeltaRule, StateHandoff) {
 // Thread-count independence (bit-exact) of both forms, and the dispatcher equals the form it documents
 // for that n_tokens (it chooses by n_tokens only).
 TEST(DeltaRule, ThreadInvariantAndDispatch) {
-  using Fn = void (*)(const DeltaRuleShape&, const DeltaRuleInputs&, float*, float*);
+  using Fn = void (*)(const DeltaRuleShape&, const DeltaRuleInputs&, float*, float*, Isa);
   std::mt19937_64 rng(34);
   for (int64_t T : {int64_t{15}, int64_t{130}}) {
     const Inputs in(rng, T, Decay::kMixed);
@@ -153,14 +161,15 @@ TEST(DeltaRule, ThreadInvariantAndDispatch) {
     for (Fn fn : {Fn(gated_delta_rule_recurrent), Fn(gated_delta_rule_chunked)}) {
       std::vector<float> s1 = s0, s3 = s0, o1(T * kHv * kDv), o3(o1.size());
       set_n_threads(1);
-      fn(in.shape(), in.view(), s1.data(), o1.data());
+      fn(in.shape(), in.view(), s1.data(), o1.data(), engine_isa());
       set_n_threads(3);
-      fn(in.shape(), in.view(), s3.data(), o3.data());
+      fn(in.shape(), in.view(), s3.data(), o3.data(), engine_isa());
       EXPECT_TRUE(bit_equal(o1, o3) && bit_equal(s1, s3)) << "T=" << T;
     }
     std::vector<float> sf = s0, sd = s0, of(T * kHv * kDv), od(of.size());
-    const Fn expected = T >= kDeltaRuleChunkMin ? Fn(gated_delta_rule_chunked) : Fn(gated_delta_rule_recurrent);
-    expected(in.shape(), in.view(), sf.data(), of.data());
+    const Fn expected =
+        T >= delta_rule_chunk_min(engine_isa()) ? Fn(gated_delta_rule_chunked) : Fn(gated_delta_rule_recurrent);
+    expected(in.shape(), in.view(), sf.data(), of.data(), engine_isa());
     gated_delta_rule(in.shape(), in.view(), sd.data(), od.data());
     set_n_threads(saved);
     EXPECT_TRUE(bit_equal(of, od) && bit_equal(sf, sd)) << "T=" << T;
