@@ -184,13 +184,6 @@ void matmul(Type w, const void* W, size_t w_row_stride, int64_t n_out, int64_t n
   });
 }
 
-Isa active_isa() {
-  static const Isa isa = [] {
-    const Isa i = best_isa();
-    log::info("kernels: using %s (cpu: %s)", isa_name(i), cpu_features().summary().c_str());
-    return i;
-  }();
-  return isa;
-}
+Isa active_isa() { return engine_isa(); }  // chosen and logged once in core, shared with ops
 
 }  // namespace tern::quant
