@@ -125,7 +125,7 @@ const int kRegistered = [] {
   const Type types[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0, Type::Q4_1,   Type::Q5_0,
                         Type::Q5_1, Type::Q8_0, Type::Q2_K, Type::Q3_K, Type::Q4_K,   Type::Q5_K,
                         Type::Q6_K, Type::IQ4_NL, Type::IQ4_XS};
-  const int64_t shapes[][2] = {{2048, 2048}, {512, 2048}};
+  const int64_t shapes[][2] = {{2048, 2048}, {512, 2048}, {64, 2048}};
   for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512})
     for (Type t : types)
       for (const auto& s : shapes) {

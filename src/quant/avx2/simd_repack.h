@@ -32,6 +32,14 @@ inline __m256 load_h8(const uint8_t* p) {  // 8 fp16 -> 8 f32
 }
 inline __m256i b8(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
 inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+// Super-block kernels walk a block out of order (scales, then pieces by sub-block), which the hardware
+// prefetcher follows poorly: step i of a block's n steps prefetches its share of the block two ahead, in order
+// (measured: Q6_K from 10.9 to 22 GB/s at 2 threads).
+template <size_t kBlock, int kSteps>
+inline void prefetch_ahead(const uint8_t* g, int i) {
+  constexpr size_t kLines = (kBlock + 63) / 64, kPer = (kLines + kSteps - 1) / kSteps;
+  for (size_t l = kPer * i; l < kPer * (i + 1) && l < kLines; ++l) prefetch(g + 2 * kBlock + 64 * l);
+}
 
 // 8 per-row 8-bit scales -> lanes (s, s) of int16, the multiplier madd needs. Unsigned (K4) or signed (Q6_K).
 inline __m256i dup_u8(const uint8_t* p) {
@@ -127,13 +135,13 @@ void k4(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
     for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
     for (int sub = 0; sub < 8; ++sub) {
       const int j = sub >> 1, shift = 4 * (sub & 1);
+      prefetch_ahead<kBlock, 8>(g, sub);
       const __m256i sc = dup_u8(g + x8::kQ4_K_sc + 8 * sub);
       for (int half = 0; half < (kQ5 ? 2 : 1); ++half) {
         const int k0 = kQ5 ? 4 * half : 0, k1 = kQ5 ? k0 + 4 : 8;
         Acc<Ops> s[NT];
         for (int k = k0; k < k1; ++k) {
           const uint8_t* p = g + kQs + 32 * (8 * j + k);
-          prefetch(p + kPrefetch);
           __m256i q = _mm256_and_si256(_mm256_srli_epi16(load(p), shift), m4);
           if constexpr (kQ5) {
             const __m256i qh = load(g + x8::kQ5_K_qh + 32 * k);
@@ -171,6 +179,38 @@ void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
   for (int64_t b = 0; b < nb; ++b, g += x8::kQ6_K_block) {
     __m256i isum[NT];
     for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    if constexpr (Ops::kVnni) {
+      // VNNI (32 registers): each quarter's 4 pieces summed by dpbusd into an int32 lane per row that starts at
+      // -32 * bsum_j, so one multiply by the sub-block's scale gives sc_j * (sum q*x - 32 * bsum_j).
+      for (int h = 0; h < 2; ++h)
+        for (int kh = 0; kh < 2; ++kh) {
+          __m256i s[4][NT];
+          for (int q = 0; q < 4; ++q)
+            for (int t = 0; t < NT; ++t)
+              s[q][t] = _mm256_set1_epi32(-32 * reinterpret_cast<const BlockQ8_K*>(xr[t])[b].bsums[8 * h + 2 * q + kh]);
+          for (int k = 4 * kh; k < 4 * kh + 4; ++k) {
+            const uint8_t* pl = g + x8::kQ6_K_ql + 32 * (16 * h + k);
+            const uint8_t* ph = g + x8::kQ6_K_qh + 32 * (8 * h + k);
+            prefetch_ahead<x8::kQ6_K_block, 16>(g, 8 * h + k);
+            const __m256i ql0 = load(pl), ql1 = load(pl + 32 * 8), qh = load(ph);
+            __m256i v[4];
+            v[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            v[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+            v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            for (int t = 0; t < NT; ++t) {
+              const int8_t* xq = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 4 * k;
+              for (int q = 0; q < 4; ++q) s[q][t] = Ops::dpbusd(s[q][t], v[q], bcast4(xq + 32 * q));
+            }
+          }
+          for (int q = 0; q < 4; ++q) {
+            const __m256i sc = _mm256_cvtepi8_epi32(
+                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + x8::kQ6_K_sc + 8 * (8 * h + 2 * q + kh))));
+            for (int t = 0; t < NT; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(s[q][t], sc));
+          }
+        }
+    } else
     for (int h = 0; h < 2; ++h)
       for (int kh = 0; kh < 2; ++kh) {
         __m256i sc[4];
@@ -183,26 +223,22 @@ void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
             isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(sc[q], bs));
           }
         }
-        // Quarter q of half h, pieces k = 4kh.. (one sub-block): its values decoded piece by piece and summed
-        // per row, widened by the scale once per sub-block (VNNI: dpbusd over all 4 pieces, then one multiply)
-        // or once per 2 pieces (AVX2: an int16 partial of 2 maddubs <= 2 * 2 * 63 * 127 = 32004).
-        for (int q = 0; q < 4; ++q) {
-          constexpr int kRun = Ops::kVnni ? 4 : 2;
-          for (int k0 = 4 * kh; k0 < 4 * kh + 4; k0 += kRun) {
-            Acc<Ops> s[NT];
-            for (int k = k0; k < k0 + kRun; ++k) {
-              const uint8_t* pl = g + x8::kQ6_K_ql + 32 * (16 * h + 8 * (q & 1) + k);
-              const __m256i ql = load(pl), qh = load(g + x8::kQ6_K_qh + 32 * (8 * h + k));
-              if (q == 0) prefetch(pl + kPrefetch), prefetch(pl + kPrefetch + 256);
-              const __m256i lo = q < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-              // bits 2q, 2q+1 of qh to bits 4, 5
-              const __m256i hb = q == 0 ? _mm256_slli_epi16(qh, 4) : q == 1 ? _mm256_slli_epi16(qh, 2)
-                                 : q == 2 ? qh : _mm256_srli_epi16(qh, 2);
-              const __m256i v = _mm256_or_si256(lo, _mm256_and_si256(hb, m30));
-              for (int t = 0; t < NT; ++t)
-                s[t].add(v, bcast4(reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 32 * q + 4 * k));
-            }
-            for (int t = 0; t < NT; ++t) isum[t] = _mm256_add_epi32(isum[t], s[t].scaled(sc[q]));
+        for (int k = 4 * kh; k < 4 * kh + 4; ++k) {
+          const uint8_t* pl = g + x8::kQ6_K_ql + 32 * (16 * h + k);
+          const uint8_t* ph = g + x8::kQ6_K_qh + 32 * (8 * h + k);
+          prefetch_ahead<x8::kQ6_K_block, 16>(g, 8 * h + k);
+          const __m256i ql0 = load(pl), ql1 = load(pl + 32 * 8), qh = load(ph);
+          __m256i v[4];
+          v[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+          v[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+          v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+          v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                 _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* xq = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 4 * k;
+            for (int q = 0; q < 4; ++q)
+              isum[t] = _mm256_add_epi32(
+                  isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(v[q], bcast4(xq + 32 * q)), sc[q]));
           }
         }
       }
@@ -345,8 +381,7 @@ void k2(const uint8_t* g, const uint8_t* const* xr, __m256i* isum) {  // xr: thi
   const __m256i m3 = b8(3);
   for (int h = 0; h < 2; ++h)
     for (int kh = 0; kh < 2; ++kh) {
-      for (int k = 4 * kh; k < 4 * kh + 4; ++k) prefetch(g + kQs + 32 * (8 * h + k) + kPrefetch);
-      if constexpr (kQ3) prefetch(g + x8::kQ3_K_hm + 64 * (2 * h + kh) + kPrefetch);
+      prefetch_ahead<kQ3 ? x8::kQ3_K_block : x8::kQ2_K_block, 4>(g, 2 * h + kh);
       for (int s = 0; s < 4; ++s) {
         const int j = 8 * h + 2 * s + kh;
         __m256i sc;
@@ -429,7 +464,7 @@ void iq4_xs(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc)
       for (int t = 0; t < NT; ++t) s[t] = Ops::kVnni ? _mm256_setzero_si256() : isum[t];
       for (int k = 0; k < 4; ++k) {
         const uint8_t* p = g + x8::kIQ4_XS_qs + 32 * (4 * c + k);
-        prefetch(p + kPrefetch);
+        if (k == 0) prefetch_ahead<x8::kIQ4_XS_block, 8>(g, c);
         const __m256i raw = load(p);
         const __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(raw, m4));
         const __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
