@@ -78,10 +78,10 @@ struct V16 {
     const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(h)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(h, 1));
     return _mm512_insertf64x4(_mm512_castpd256_pd512(lo), hi, 1);
   }
-  static __m256 half(R x, int i) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), i)); }
+  static __m256 hi_half(R x) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)); }  // clang: constant lane
   static D dzero() { return _mm512_setzero_pd(); }
   static D cvt_lo(R x) { return widen(_mm512_castps512_ps256(x)); }
-  static D cvt_hi(R x) { return widen(half(x, 1)); }
+  static D cvt_hi(R x) { return widen(hi_half(x)); }
   static D dadd(D a, D b) { return _mm512_add_pd(a, b); }
   static D dfma(D a, D b, D c) { return _mm512_fmadd_pd(a, b, c); }
   // Fixed tree: 256-bit halves, then 128-bit halves, then the two lanes.
@@ -97,7 +97,7 @@ struct V16 {
   static R load_h_n(const uint16_t* p, int64_t n) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask(n), p)); }
   static void store_h(uint16_t* p, R x) {
     const __m128i lo = _mm256_cvtps_ph(_mm512_castps512_ps256(x), _MM_FROUND_TO_NEAREST_INT);
-    const __m128i hi = _mm256_cvtps_ph(half(x, 1), _MM_FROUND_TO_NEAREST_INT);
+    const __m128i hi = _mm256_cvtps_ph(hi_half(x), _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), lo);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), hi);
   }
