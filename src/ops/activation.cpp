@@ -2,6 +2,7 @@
 #include "ops/activation.h"
 
 #include "ops/kernels.h"
+#include "ops/split.h"
 
 namespace tern::ops {
 
@@ -40,12 +41,25 @@ void softmax_rows_ref(float* x, int64_t n_rows, int64_t n) {
   }
 }
 
-void sigmoid_inplace(float* x, int64_t n, Isa isa) { kernels(isa).sigmoid(x, n); }
-void silu_inplace(float* x, int64_t n, Isa isa) { kernels(isa).silu(x, n); }
-void softplus_inplace(float* x, int64_t n, Isa isa) { kernels(isa).softplus(x, n); }
-void swiglu(const float* gate, const float* up, float* out, int64_t n, Isa isa) {
-  kernels(isa).swiglu(gate, up, out, n);
+void sigmoid_inplace(float* x, int64_t n, Isa isa) {
+  const Kernels& k = kernels(isa);
+  split::elements(n, [&](int64_t i0, int64_t i1) { k.sigmoid(x + i0, i1 - i0); });
 }
-void softmax_rows(float* x, int64_t n_rows, int64_t n, Isa isa) { kernels(isa).softmax_rows(x, n_rows, n); }
+void silu_inplace(float* x, int64_t n, Isa isa) {
+  const Kernels& k = kernels(isa);
+  split::elements(n, [&](int64_t i0, int64_t i1) { k.silu(x + i0, i1 - i0); });
+}
+void softplus_inplace(float* x, int64_t n, Isa isa) {
+  const Kernels& k = kernels(isa);
+  split::elements(n, [&](int64_t i0, int64_t i1) { k.softplus(x + i0, i1 - i0); });
+}
+void swiglu(const float* gate, const float* up, float* out, int64_t n, Isa isa) {
+  const Kernels& k = kernels(isa);
+  split::elements(n, [&](int64_t i0, int64_t i1) { k.swiglu(gate + i0, up + i0, out + i0, i1 - i0); });
+}
+void softmax_rows(float* x, int64_t n_rows, int64_t n, Isa isa) {
+  const Kernels& k = kernels(isa);
+  split::rows(n_rows, n, [&](int64_t r0, int64_t r1) { k.softmax_rows(x + r0 * n, r1 - r0, n); });
+}
 
 }  // namespace tern::ops

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "ops/kernels.h"
+#include "ops/split.h"
 
 namespace tern::ops {
 
@@ -17,28 +18,31 @@ void moe_route_softmax_topk(const float* logits, int64_t n_tokens, int64_t n_exp
          static_cast<long long>(n_expert));
   }
   const Kernels& kern = kernels(isa);
-  thread_local std::vector<float> p;
-  thread_local std::vector<int32_t> order;
-  p.resize(n_expert);
-  order.resize(n_expert);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    std::copy(logits + t * n_expert, logits + (t + 1) * n_expert, p.begin());
-    kern.softmax_rows(p.data(), 1, n_expert);
-    for (int64_t e = 0; e < n_expert; ++e) order[e] = static_cast<int32_t>(e);
-    // Strict weak order: higher probability first, then lower index. NaNs compare false both ways and
-    // would break the strict weak order, so they are ranked as -inf here.
-    auto key = [&](int32_t e) { return p[e] == p[e] ? p[e] : -INFINITY; };
-    std::partial_sort(order.begin(), order.begin() + n_used, order.end(), [&](int32_t a, int32_t b) {
-      const float pa = key(a), pb = key(b);
-      return pa > pb || (pa == pb && a < b);
-    });
-    double sum = 0.0;
-    for (int64_t k = 0; k < n_used; ++k) sum += p[order[k]];
-    for (int64_t k = 0; k < n_used; ++k) {
-      ids[t * n_used + k] = order[k];
-      weights[t * n_used + k] = static_cast<float>(p[order[k]] / sum);
+  // Tokens are independent: a prefill batch is routed on all threads, each with its own scratch.
+  split::rows(n_tokens, n_expert, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> p;
+    thread_local std::vector<int32_t> order;
+    p.resize(n_expert);
+    order.resize(n_expert);
+    for (int64_t t = t0; t < t1; ++t) {
+      std::copy(logits + t * n_expert, logits + (t + 1) * n_expert, p.begin());
+      kern.softmax_rows(p.data(), 1, n_expert);
+      for (int64_t e = 0; e < n_expert; ++e) order[e] = static_cast<int32_t>(e);
+      // Strict weak order: higher probability first, then lower index. NaNs compare false both ways and
+      // would break the strict weak order, so they are ranked as -inf here.
+      auto key = [&](int32_t e) { return p[e] == p[e] ? p[e] : -INFINITY; };
+      std::partial_sort(order.begin(), order.begin() + n_used, order.end(), [&](int32_t a, int32_t b) {
+        const float pa = key(a), pb = key(b);
+        return pa > pb || (pa == pb && a < b);
+      });
+      double sum = 0.0;
+      for (int64_t k = 0; k < n_used; ++k) sum += p[order[k]];
+      for (int64_t k = 0; k < n_used; ++k) {
+        ids[t * n_used + k] = order[k];
+        weights[t * n_used + k] = static_cast<float>(p[order[k]] / sum);
+      }
     }
-  }
+  });
 }
 
 }  // namespace tern::ops

@@ -5,6 +5,7 @@
 
 #include "ops/activation.h"
 #include "ops/kernels.h"
+#include "ops/split.h"
 
 namespace tern::ops {
 
@@ -59,16 +60,21 @@ void rms_norm_gated_ref(const float* x, const float* z, const float* w, float* y
 }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps, Isa isa) {
-  kernels(isa).rms_norm(x, w, y, n_rows, n, eps);
+  const Kernels& k = kernels(isa);
+  split::rows(n_rows, n, [&](int64_t r0, int64_t r1) { k.rms_norm(x + r0 * n, w, y + r0 * n, r1 - r0, n, eps); });
 }
 
 void l2_norm(const float* x, float* y, int64_t n_rows, int64_t n, float eps, Isa isa) {
-  kernels(isa).l2_norm(x, y, n_rows, n, eps);
+  const Kernels& k = kernels(isa);
+  split::rows(n_rows, n, [&](int64_t r0, int64_t r1) { k.l2_norm(x + r0 * n, y + r0 * n, r1 - r0, n, eps); });
 }
 
 void rms_norm_gated(const float* x, const float* z, const float* w, float* y, int64_t n_rows, int64_t n, float eps,
                     Isa isa) {
-  kernels(isa).rms_norm_gated(x, z, w, y, n_rows, n, eps);
+  const Kernels& k = kernels(isa);
+  split::rows(n_rows, n, [&](int64_t r0, int64_t r1) {
+    k.rms_norm_gated(x + r0 * n, z + r0 * n, w, y + r0 * n, r1 - r0, n, eps);
+  });
 }
 
 }  // namespace tern::ops

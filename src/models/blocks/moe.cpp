@@ -176,10 +176,11 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
     dump("ffn_shexp", layer, sd, {n_rows, D});
     float* gate = grow(s.sgate, n_rows);
     apply(w.shexp_gate, x, n_rows, gate);
-    for (int64_t t = 0; t < n_rows; ++t) {
+    auto add = [&](int64_t t) {
       const float gt = ops::sigmoid(gate[t]);
       for (int64_t d = 0; d < D; ++d) y[t * D + d] += gt * sd[t * D + d];
-    }
+    };
+    parallel_for(n_rows, add);
   }
   dump("ffn_out", layer, y, {n_rows, D});
 }

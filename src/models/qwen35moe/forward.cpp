@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/profile.h"
 #include "ops/norm.h"
 #include "quant/convert.h"
@@ -16,8 +17,12 @@ Forward::Forward(const Model& model, TensorDump dump, int64_t expert_slots)
       experts_(expert_slots > 0 ? std::make_unique<ExpertStore>(model, expert_slots)
                                 : std::make_unique<ExpertStore>(model)) {}
 
-static void add_rows(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+// x += y over n_rows rows of n; a batch's rows on all threads (rows are independent: the same bits either way).
+static void add_rows(float* x, const float* y, int64_t n_rows, int64_t n) {
+  auto add = [&](int64_t r) {
+    for (int64_t i = r * n; i < (r + 1) * n; ++i) x[i] += y[i];
+  };
+  parallel_for(n_rows, add);
 }
 
 void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
@@ -31,13 +36,13 @@ void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
   dump_("attn_norm", il, cur, {n_rows, D});
   if (w.kind == LayerKind::kAttention) attention_block(c_, w.attn, il, segs, cur, n_rows, mix, attn_, dump_);
   else deltanet_block(c_, w.dn, il, segs, cur, n_rows, mix, dn_, dump_);
-  add_rows(x, mix, n_rows * D);
+  add_rows(x, mix, n_rows, D);
   dump_("attn_residual", il, x, {n_rows, D});
 
   ops::rms_norm(x, w.post_norm.data(), cur, n_rows, D, c_.rms_eps);
   dump_("attn_post_norm", il, cur, {n_rows, D});
   moe_block(c_, w.moe, *experts_, il, cur, n_rows, mix, moe_, dump_);
-  add_rows(x, mix, n_rows * D);
+  add_rows(x, mix, n_rows, D);
   dump_("l_out", il, x, {n_rows, D});
 }
 
