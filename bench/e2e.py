@@ -168,8 +168,8 @@ def prefill_macs(g, n_prompt):
     return g["macs_body"] + g["macs_head"] / n_prompt
 
 
-def tern_bench(args, path, n_prompt, n_gen, depth):
-    rows = run_json([args.tern, "bench", "-m", path, "-t", str(args.threads), "-r", str(args.reps), "-p",
+def tern_bench(args, path, n_prompt, n_gen, depth, threads=None):
+    rows = run_json([args.tern, "bench", "-m", path, "-t", str(threads or args.threads), "-r", str(args.reps), "-p",
                      str(n_prompt), "-n", str(n_gen), "-d", str(depth), "--json"])
     if len(rows) != 1:
         sys.exit(f"error: tern bench: expected one test, got {rows}")
@@ -221,6 +221,32 @@ def run_model(args, path, llama, bw_gbs, int8_gmacs):
             f"{row['llama']:8.2f} ± {row['llama_sd']:.2f}   ratio {row['ratio']:.2f}   load {load_tern.split()[0]} "
             f"/ {load_llama.split()[0]}")
     return res
+
+
+def scaling(args, path, llama, bw, bw1):
+    """tern at 1 thread against args.threads (prefill and decode), and decode with one busy process beside each
+    engine (a pure-Python spin loop: one core's worth of competing work)."""
+    row = {"model": os.path.basename(path), "bw_ratio": bw / bw1}
+    for kind, n_prompt, n_gen in (("pp", args.n_prompt, 0), ("tg", 0, args.n_gen)):
+        one = tern_bench(args, path, n_prompt, n_gen, 0, threads=1)["tok_s"]
+        full = tern_bench(args, path, n_prompt, n_gen, 0)["tok_s"]
+        row[kind] = {"t1": one, "tN": full, "ratio": full / one}
+    quiet = {"tern": row["tg"]["tN"], "llama": llama_bench(args, llama["llama-bench"], path, 0, args.n_gen, 0)["tok_s"]}
+    busy = {}
+    for eng in ("tern", "llama"):
+        spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            time.sleep(1)
+            busy[eng] = (tern_bench(args, path, 0, args.n_gen, 0)["tok_s"] if eng == "tern" else
+                         llama_bench(args, llama["llama-bench"], path, 0, args.n_gen, 0)["tok_s"])
+        finally:
+            spin.kill()
+            spin.wait()
+    row["busy"] = {eng: {"quiet": quiet[eng], "busy": busy[eng], "ratio": busy[eng] / quiet[eng]} for eng in quiet}
+    log(f"  {row['model']:28s} scaling: pp x{row['pp']['ratio']:.2f}, tg x{row['tg']['ratio']:.2f} (bandwidth "
+        f"x{row['bw_ratio']:.2f}); tg beside a busy process: tern {100 * row['busy']['tern']['ratio']:.0f}%, "
+        f"llama.cpp {100 * row['busy']['llama']['ratio']:.0f}% of quiet")
+    return row
 
 
 def per_layer(results, layers, name, bw_gbs):
@@ -298,6 +324,20 @@ def markdown(meta, results, layer_rows, args):
         for qtype, x in rows.items():
             lines.append(f"| {qtype} | {x['bytes_per_layer'] / 1e6:.1f} | {x['floor_ms']:.3f} | {x['tern_ms']:.3f} | "
                          f"{x['tern_vs_floor']:.2f} | {x['llama_ms']:.3f} | {x['llama_vs_floor']:.2f} |")
+    for x in meta.get("scaling", []):
+        if x is meta["scaling"][0]:
+            lines += ["", f"Thread scaling (tern, 1 vs {args.threads} threads; memory bandwidth "
+                      f"{meta['bandwidth_gbs_1t']:.2f} vs {meta['bandwidth_gbs']:.2f} GB/s) and decode beside one busy "
+                      "process (a spin loop started before the run; same threads):", "",
+                      f"| model | pp{args.n_prompt} 1t | {args.threads}t | speed-up | tg{args.n_gen} 1t | "
+                      f"{args.threads}t | speed-up | bandwidth speed-up | tern busy / quiet | llama.cpp busy / quiet |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        b = x["busy"]
+        lines.append(f"| {x['model'].removesuffix('.gguf')} | {x['pp']['t1']:.2f} | {x['pp']['tN']:.2f} | "
+                     f"{x['pp']['ratio']:.2f} | {x['tg']['t1']:.2f} | {x['tg']['tN']:.2f} | {x['tg']['ratio']:.2f} | "
+                     f"{x['bw_ratio']:.2f} | {b['tern']['busy']:.2f} / {b['tern']['quiet']:.2f} = "
+                     f"{100 * b['tern']['ratio']:.0f}% | {b['llama']['busy']:.2f} / {b['llama']['quiet']:.2f} = "
+                     f"{100 * b['llama']['ratio']:.0f}% |")
     return "\n".join(lines) + "\n"
 
 
@@ -343,6 +383,8 @@ def main():
     ap.add_argument("-n", "--n-gen", type=int, default=128, help="generated tokens of the decode tests")
     ap.add_argument("-d", "--depth", type=int, default=4096, help="prompt tokens before the second decode test")
     ap.add_argument("--generate-only", action="store_true", help="write the GGUFs and stop")
+    ap.add_argument("--no-scaling", action="store_true",
+                    help="skip the 1-thread and busy-neighbour runs (done on the largest model of each type)")
     args = ap.parse_args()
     types = [t for t in args.types.split(",") if t]
     bad = [t for t in types if t not in TYPES]
@@ -384,11 +426,18 @@ def main():
     meta.update(peak=peak, cpu_flags=peak["cpu"])
     log(f"compute peak: int8 {peak['int8_gmacs']:.1f} GMAC/s ({peak['int8_kernel']}), fp32 "
         f"{peak['fp32_gflops']:.1f} GFLOP/s ({peak['fp32_kernel']}), {args.threads} threads")
+    if not args.no_scaling and args.threads > 1:
+        bw1 = run_json([args.membw, "-t", "1", "--json"])
+        meta.update(bandwidth_gbs_1t=bw1["read_gbs_best"], scaling=[])
     results = []
     for qtype in types:
         for n_layer in args.layers:
             results.append(run_model(args, model_path(args, n_layer, qtype), llama, meta["bandwidth_gbs"],
                                      peak["int8_gmacs"]))
+            md = write_results(args, meta, results)
+        if "scaling" in meta:
+            meta["scaling"].append(scaling(args, model_path(args, max(args.layers), qtype), llama,
+                                           meta["bandwidth_gbs"], meta["bandwidth_gbs_1t"]))
             md = write_results(args, meta, results)
     print(md)
     log(f"wrote {os.path.join(args.out, 'results.json')} and results.md ({round(time.time() - meta['t_start'])} s)")
