@@ -375,8 +375,8 @@ void quantize_act_repacked(Type w, const float* x, void* xq, int64_t n, Isa isa)
   for (int64_t b = 0; b < n / kQK; ++b) {
     int s = 0;
     for (int j = 0; j < kQK; ++j) s += tmp[b].qs[j];
-    out[b].d = tmp[b].d;
-    out[b].s = static_cast<int16_t>(s);
+    out[b].d = fp16_to_fp32(tmp[b].d);
+    out[b].s = s;
     std::memcpy(out[b].qs, tmp[b].qs, kQK);
   }
 }

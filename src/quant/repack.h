@@ -48,13 +48,14 @@ namespace tern::quant {
 
 constexpr int64_t kRepackRows = 8;
 
-// Activation block for the repacked 32-block kernels: Q8_0 plus the exact sum of its quants.
+// Activation block for the repacked 32-block kernels: Q8_0 plus the exact sum of its quants, both scalars stored
+// ready to broadcast (one load each in the kernels' per-block step, where fp16 and int16 would cost a convert).
 struct BlockQ8_0S {
-  uint16_t d;
-  int16_t s;  // sum of qs
+  float d;    // Q8_0's fp16 scale, widened exactly
+  int32_t s;  // sum of qs
   int8_t qs[32];
 };
-static_assert(sizeof(BlockQ8_0S) == 36);
+static_assert(sizeof(BlockQ8_0S) == 40);
 
 bool has_repacked(Type w);  // every quantized type with kernels: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL, Q2_K..Q6_K IQ4_XS
 size_t repacked_block_bytes(Type w);                     // one block (super-block) of one group of 8 rows

@@ -73,7 +73,7 @@ std::vector<double> act_values(Type w, const uint8_t* xq, int64_t n) {
     for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(b[i / 256].d) * b[i / 256].qs[i % 256];
   } else {
     const auto* b = reinterpret_cast<const BlockQ8_0S*>(xq);
-    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(fp16_to_fp32(b[i / 32].d)) * b[i / 32].qs[i % 32];
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(b[i / 32].d) * b[i / 32].qs[i % 32];
   }
   return v;
 }

@@ -22,7 +22,7 @@ float row_q4_0(const BlockQ4_0* w, const BlockQ8_0S* x, int64_t nb) {
     int32_t isum = 0;
     for (int j = 0; j < 16; ++j) isum += (w[b].qs[j] & 0xF) * x[b].qs[j] + (w[b].qs[j] >> 4) * x[b].qs[j + 16];
     isum -= 8 * x[b].s;
-    acc = std::fma(h2f(w[b].d) * h2f(x[b].d), static_cast<float>(isum), acc);
+    acc = std::fma(h2f(w[b].d) * x[b].d, static_cast<float>(isum), acc);
   }
   return acc;
 }
@@ -32,7 +32,7 @@ float row_q8_0(const BlockQ8_0* w, const BlockQ8_0S* x, int64_t nb) {
   for (int64_t b = 0; b < nb; ++b) {
     int32_t isum = 0;
     for (int j = 0; j < 32; ++j) isum += w[b].qs[j] * x[b].qs[j];
-    acc = std::fma(h2f(w[b].d) * h2f(x[b].d), static_cast<float>(isum), acc);
+    acc = std::fma(h2f(w[b].d) * x[b].d, static_cast<float>(isum), acc);
   }
   return acc;
 }
@@ -74,8 +74,8 @@ float row_b32(const uint8_t* wrow, const BlockQ8_0S* x, int64_t nb) {
     values32<kW>(blk, q);
     for (int j = 0; j < 32; ++j) isum += q[j] * x[b].qs[j];
     if constexpr (kW == Type::Q5_0) isum -= 16 * x[b].s;
-    acc = std::fma(h2f(d) * h2f(x[b].d), static_cast<float>(isum), acc);
-    if constexpr (kMin) acc = std::fma(h2f(m) * h2f(x[b].d), static_cast<float>(x[b].s), acc);
+    acc = std::fma(h2f(d) * x[b].d, static_cast<float>(isum), acc);
+    if constexpr (kMin) acc = std::fma(h2f(m) * x[b].d, static_cast<float>(x[b].s), acc);
   }
   return acc;
 }
