@@ -54,6 +54,31 @@ static inline simde__m512i mm512_cvtepu16_epi32(simde__m256i a) {
   r.m256i[1] = simde_mm256_cvtepu16_epi32(simde_mm256_extracti128_si256(a, 1));
   return simde__m512i_from_private(r);
 }
+static inline simde__m512i mm512_cvtepu8_epi16(simde__m256i a) {
+  simde__m512i_private r;
+  r.m256i[0] = simde_mm256_cvtepu8_epi16(simde_mm256_extracti128_si256(a, 0));
+  r.m256i[1] = simde_mm256_cvtepu8_epi16(simde_mm256_extracti128_si256(a, 1));
+  return simde__m512i_from_private(r);
+}
+static inline simde__m512i mm512_cvtepu8_epi32(simde__m128i a) {
+  simde__m512i_private r;
+  r.m256i[0] = simde_mm256_cvtepu8_epi32(a);
+  r.m256i[1] = simde_mm256_cvtepu8_epi32(simde_mm_srli_si128(a, 8));
+  return simde__m512i_from_private(r);
+}
+static inline simde__m512i mm512_cvtepi8_epi32(simde__m128i a) {
+  simde__m512i_private r;
+  r.m256i[0] = simde_mm256_cvtepi8_epi32(a);
+  r.m256i[1] = simde_mm256_cvtepi8_epi32(simde_mm_srli_si128(a, 8));
+  return simde__m512i_from_private(r);
+}
+static inline simde__m512 mm512_cvtepi32_ps(simde__m512i a) {
+  const simde__m512i_private p = simde__m512i_to_private(a);
+  simde__m512_private r;
+  r.m256[0] = simde_mm256_cvtepi32_ps(p.m256i[0]);
+  r.m256[1] = simde_mm256_cvtepi32_ps(p.m256i[1]);
+  return simde__m512_from_private(r);
+}
 static inline simde__m512i mm512_cvtps_epi32(simde__m512 a) {  // rounds as MXCSR says (nearest even)
   const simde__m512_private p = simde__m512_to_private(a);
   simde__m512i_private r;
@@ -81,6 +106,21 @@ static inline simde__m512i mm512_cvtps_epi32(simde__m512 a) {  // rounds as MXCS
 #endif
 #ifndef _mm512_cvtepu16_epi32
 #define _mm512_cvtepu16_epi32(a) ::tern::simde_extra::mm512_cvtepu16_epi32(a)
+#endif
+// SIMDe 0.7.4's alias of _mm512_madd_epi16 takes the masked form's four arguments (a typo upstream).
+#undef _mm512_madd_epi16
+#define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16(a, b)
+#ifndef _mm512_cvtepu8_epi16
+#define _mm512_cvtepu8_epi16(a) ::tern::simde_extra::mm512_cvtepu8_epi16(a)
+#endif
+#ifndef _mm512_cvtepu8_epi32
+#define _mm512_cvtepu8_epi32(a) ::tern::simde_extra::mm512_cvtepu8_epi32(a)
+#endif
+#ifndef _mm512_cvtepi8_epi32
+#define _mm512_cvtepi8_epi32(a) ::tern::simde_extra::mm512_cvtepi8_epi32(a)
+#endif
+#ifndef _mm512_cvtepi32_ps
+#define _mm512_cvtepi32_ps(a) ::tern::simde_extra::mm512_cvtepi32_ps(a)
 #endif
 #ifndef _mm512_cvtps_epi32
 #define _mm512_cvtps_epi32(a) ::tern::simde_extra::mm512_cvtps_epi32(a)

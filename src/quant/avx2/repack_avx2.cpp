@@ -6,6 +6,7 @@ namespace tern::quant {
 namespace {
 struct OpsRepackAvx2 {
   static constexpr bool kVnni = false;
+  static constexpr bool kPairs = false;  // no 512-bit kernels
 };
 }  // namespace
 

@@ -185,9 +185,22 @@ void k4(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
 // ---- Q6_K: for half h and piece k, four vectors a/b/c/d (elements 128h + 32q + 4k + i, q = 0..3) of values to
 // 63; each maddubs is widened at once by madd with its 16-element sub-block's scale (pairs <= 2 * 63 * 127).
 // The -32 offset: sc_j * (-16 bsum_j) twice per lane, so every int16 stays in range (16 * 2032 < 32768).
+// Piece k of half h of one Q6_K block: the four vectors of 6-bit values (0..63) for quarters q = 0..3, and the
+// prefetch of this step's share of the block two ahead.
+inline void q6_k_piece(const uint8_t* g, int h, int k, __m256i v[4]) {
+  const __m256i m4 = b8(0x0F), m30 = b8(0x30);
+  const uint8_t* pl = g + x8::kQ6_K_ql + 32 * (16 * h + k);
+  const uint8_t* ph = g + x8::kQ6_K_qh + 32 * (8 * h + k);
+  prefetch_ahead<x8::kQ6_K_block, 16>(g, 8 * h + k);
+  const __m256i ql0 = load(pl), ql1 = load(pl + 32 * 8), qh = load(ph);
+  v[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+  v[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+  v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+  v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+}
+
 template <class Ops, int NT>
 void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
-  const __m256i m4 = b8(0x0F), m30 = b8(0x30);
   for (int64_t b = 0; b < nb; ++b, g += x8::kQ6_K_block) {
     __m256i isum[NT];
     for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
@@ -201,16 +214,8 @@ void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
             for (int t = 0; t < NT; ++t)
               s[q][t] = _mm256_set1_epi32(-32 * reinterpret_cast<const BlockQ8_K*>(xr[t])[b].bsums[8 * h + 2 * q + kh]);
           for (int k = 4 * kh; k < 4 * kh + 4; ++k) {
-            const uint8_t* pl = g + x8::kQ6_K_ql + 32 * (16 * h + k);
-            const uint8_t* ph = g + x8::kQ6_K_qh + 32 * (8 * h + k);
-            prefetch_ahead<x8::kQ6_K_block, 16>(g, 8 * h + k);
-            const __m256i ql0 = load(pl), ql1 = load(pl + 32 * 8), qh = load(ph);
             __m256i v[4];
-            v[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            v[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
-            v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            q6_k_piece(g, h, k, v);
             for (int t = 0; t < NT; ++t) {
               const int8_t* xq = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 4 * k;
               for (int q = 0; q < 4; ++q) s[q][t] = Ops::dpbusd(s[q][t], v[q], bcast4(xq + 32 * q));
@@ -236,16 +241,8 @@ void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
           }
         }
         for (int k = 4 * kh; k < 4 * kh + 4; ++k) {
-          const uint8_t* pl = g + x8::kQ6_K_ql + 32 * (16 * h + k);
-          const uint8_t* ph = g + x8::kQ6_K_qh + 32 * (8 * h + k);
-          prefetch_ahead<x8::kQ6_K_block, 16>(g, 8 * h + k);
-          const __m256i ql0 = load(pl), ql1 = load(pl + 32 * 8), qh = load(ph);
           __m256i v[4];
-          v[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-          v[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-          v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
-          v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                 _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+          q6_k_piece(g, h, k, v);
           for (int t = 0; t < NT; ++t) {
             const int8_t* xq = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 4 * k;
             for (int q = 0; q < 4; ++q)
@@ -527,7 +524,9 @@ void drive(const RepackArgs& a) {
     const int nt = a.n_tok - t0 < kTile ? static_cast<int>(a.n_tok - t0) : kTile;
     const uint8_t* xr[kTile];
     for (int k = 0; k < nt; ++k) xr[k] = a.x + (a.x_rows ? a.x_rows[t0 + k] : t0 + k) * a.x_stride;
-    for (int64_t gi = a.g_begin; gi < a.g_end; ++gi) {
+    int64_t gi = a.g_begin;  // Ops with 512-bit kernels take the full pairs of groups first
+    if constexpr (Ops::kPairs) gi = Ops::template pairs<kW, kTile>(a, t0, nt, xr);
+    for (; gi < a.g_end; ++gi) {
       const uint8_t* g = a.w + gi * a.group_bytes;
       __m256 acc[kTile];
       for (int k = 0; k < kTile; ++k) acc[k] = _mm256_setzero_ps();

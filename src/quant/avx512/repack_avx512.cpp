@@ -1,16 +1,24 @@
 // AVX-512 (VL + VNNI) repacked (x8) gemm kernels: simd_repack.h on 256-bit vectors with vpdpbusd sums (exact
-// int32, so the same bits as AVX2 and the ref). Compiled with TERN_AVX512_FLAGS; reached only through the
+// int32, so the same bits as AVX2 and the ref), and for Q4_0, Q8_0, Q4_K and Q6_K simd_repack512.h's 512-bit
+// kernels over pairs of groups. Compiled with TERN_AVX512_FLAGS; reached only through the
 // dispatch after isa_supported(kAvx512).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include "core/avx512.h"
 #include "quant/avx2/simd_repack.h"
+#include "quant/avx512/simd_repack512.h"
 
 namespace tern::quant {
 namespace {
 struct OpsRepackVnni {
   static constexpr bool kVnni = true;
   static __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+  static constexpr bool kPairs = true;
+  template <Type kW, int kMaxTile>
+  static int64_t pairs(const RepackArgs& a, int64_t t0, int nt, const uint8_t* const* xr) {
+    static_assert(kMaxTile == 4, "x16k::pairs dispatches 1..4 tokens");
+    return x16k::pairs<kW, kMaxTile>(a, t0, nt, xr);
+  }
 };
 }  // namespace
 
