@@ -52,6 +52,16 @@ uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
 }  // namespace
 
 double available_memory_bytes() {
+  // The kernel's MemAvailable counts the page cache it can drop (a model file read a moment ago is mostly cache);
+  // sysconf's free pages do not, and after reading a large file they left a model "too big" to repack.
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kb = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+    std::fclose(f);
+    if (found && kb > 0) return static_cast<double>(kb) * 1024.0;
+  }
   const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<double>(pages) * page : 4e9;
 }

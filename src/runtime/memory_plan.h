@@ -52,7 +52,8 @@ struct MemoryPlan {
   uint64_t minimum() const;
 };
 
-// Memory the system reports available now (sysconf), or 4 GB when it cannot tell.
+// Memory the system reports available now (/proc/meminfo MemAvailable: free plus reclaimable page cache; else
+// sysconf's free pages), or 4 GB when it cannot tell.
 double available_memory_bytes();
 
 // The context size for -c 0: the model's training context, halved (not below 256) while the state of
