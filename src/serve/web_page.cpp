@@ -68,6 +68,11 @@ async function send(text){
   if($("api_key").value) headers["Authorization"] = "Bearer "+$("api_key").value;
   controller = new AbortController(); $("stop").disabled = false; $("send").disabled = true;
   const t0 = performance.now(); let n = 0;
+  // The answer is redrawn at most every 50 ms, not per token: a redraw renders the whole text, so drawing per token
+  // costs the square of the answer's length and a long fast answer froze the page (its Stop button included).
+  let pending = 0;
+  const show = () => {out.innerHTML = render(reasoning, answer); $("log").scrollTop = $("log").scrollHeight;};
+  const draw = () => {if(!pending) pending = setTimeout(() => {pending = 0; show();}, 50);};
   try{
     const r = await fetch("/v1/chat/completions",{method:"POST",headers,signal:controller.signal,
       body:JSON.stringify({messages:msgs,stream:true,temperature:+$("temperature").value,
@@ -86,12 +91,13 @@ async function send(text){
         if(j.error) throw new Error(j.error.message);
         if(j.usage) n = j.usage.completion_tokens;
         const d = j.choices && j.choices.length ? j.choices[0].delta : {};
-        if(d.reasoning_content || d.content){reasoning += d.reasoning_content||""; answer += d.content||""; out.innerHTML = render(reasoning, answer);}
-        $("log").scrollTop = $("log").scrollHeight;
+        if(d.reasoning_content || d.content){reasoning += d.reasoning_content||""; answer += d.content||""; draw();}
       }
     }
+    clearTimeout(pending); pending = 0; show();
     $("stats").textContent = n+" tokens, "+(n/((performance.now()-t0)/1000)).toFixed(1)+" tok/s";
   }catch(e){
+    clearTimeout(pending); pending = 0;
     if(e.name==="AbortError"){out.innerHTML = render(reasoning, answer)+" <i>[stopped]</i>";}
     else{out.className = "msg error"; out.textContent = "error: "+e.message;}
   }

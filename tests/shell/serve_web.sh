@@ -11,7 +11,7 @@ CHROME=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$CHROME" ]; then echo "FAIL: chromium not found (run scripts/install-deps.sh)"; exit 1; fi
 tmp=$(mktemp -d)
 . "$(dirname "$0")/lib/serve_start.sh"
-start_server -m "$MODEL" -c 4096 -t 1
+start_server -m "$MODEL" -c 65536 --parallel 2 -t 1
 python3 "$TESTS/serve/web_page_test.py" "$CHROME" "http://127.0.0.1:$PORT" "$tmp/profile"
 rc=$?
 if [ $rc -ne 0 ]; then echo "--- server log"; tail -20 "$tmp/server.log"; fi
