@@ -15,7 +15,7 @@ fi
 tmp=$(mktemp -d)
 KEY="sk-tern-test-$$"
 . "$(dirname "$0")/lib/serve_start.sh"
-start_server -m "$MODEL" -c 512 --parallel 4 --batch 64 -t 1 --api-key "$KEY"
+start_server -m "$MODEL" -c 16384 --parallel 4 --batch 64 -t 1 --api-key "$KEY"
 # Under AddressSanitizer freed memory sits in its quarantine, so RSS is no measure of leaks there (LeakSanitizer is).
 RSS_CHECK=1
 if ldd "$TERN" 2>/dev/null | grep -q libasan; then RSS_CHECK=0; echo "serve_openai: ASan build: RSS flatness not checked (LeakSanitizer checks leaks)"; fi
