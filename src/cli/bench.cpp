@@ -66,7 +66,7 @@ static RunFn setup_bench(CLI::App& app) {
     const int max_depth = *std::max_element(o->depths.begin(), o->depths.end());
     if (o->engine.n_ctx == 0) o->engine.n_ctx = max_depth + std::max(o->n_prompt, o->n_gen) + 1;
     runtime::Engine engine(o->engine);
-    const int64_t V = engine.config().n_vocab;
+    const int64_t V = engine.info().n_vocab;
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(V - 1));
     auto seq = engine.new_sequence();

@@ -164,7 +164,7 @@ class ChatSession {
   runtime::Sampler sampler_;
   std::unique_ptr<text::ChatTemplate> tpl_;
   nlohmann::ordered_json kwargs_;  // --chat-template-kwargs
-  std::unique_ptr<models::qwen35moe::SequenceState> seq_;
+  std::unique_ptr<models::SequenceState> seq_;
   nlohmann::ordered_json messages_;
   std::vector<int32_t> unfed_;  // the last answer's final sampled token when the sequence has not processed it
 };

@@ -40,7 +40,7 @@ static RunFn setup_perplexity(CLI::App& app) {
            static_cast<long long>(2 * n_ctx));
     int64_t n_chunk = static_cast<int64_t>(tokens.size()) / n_ctx;
     if (o->chunks >= 0) n_chunk = std::min(n_chunk, o->chunks);
-    const int64_t first = n_ctx / 2, V = tm.engine->config().n_vocab;
+    const int64_t first = n_ctx / 2, V = tm.engine->info().n_vocab;
     std::fprintf(stderr, "perplexity: %zu tokens, %lld chunks of %lld, scoring positions %lld..%lld of each\n",
                  tokens.size(), static_cast<long long>(n_chunk), static_cast<long long>(n_ctx),
                  static_cast<long long>(first + 1), static_cast<long long>(n_ctx - 1));

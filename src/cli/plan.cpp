@@ -7,6 +7,7 @@
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "models/registry.h"
 #include "runtime/engine.h"
 #include "runtime/memory_plan.h"
 
@@ -34,16 +35,16 @@ static RunFn setup_plan(CLI::App& app) {
     const uint64_t budget = checked.budget;
 
     const gguf::File f = gguf::File::open(e.model_path);
-    const auto c = models::qwen35moe::Config::from_gguf(f);
+    const auto m = models::describe_model(f);
     runtime::MemoryRequest req;
-    req.n_ctx = e.n_ctx > 0 ? e.n_ctx : runtime::default_n_ctx(c, kv, o->parallel, budget);
+    req.n_ctx = e.n_ctx > 0 ? e.n_ctx : runtime::default_n_ctx(*m, kv, o->parallel, budget);
     req.n_parallel = o->parallel;
     req.kv_type = kv;
     req.batch_rows = o->batch;
     req.budget = budget;
     req.expert_slots = e.expert_cache;
     req.repack = !e.no_repack;
-    const runtime::MemoryPlan p = runtime::plan_memory(f, c, req);
+    const runtime::MemoryPlan p = runtime::plan_memory(*m, req);
     if (o->json) {
       nlohmann::ordered_json j = {
           {"model", e.model_path}, {"file_bytes", p.file_bytes}, {"n_ctx", req.n_ctx}, {"parallel", o->parallel},

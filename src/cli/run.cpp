@@ -50,7 +50,7 @@ int run_token_mode(RunOptions& o) {
     fail("prompt (%zu tokens) + %d to generate exceeds the context size %lld (raise -c)", prompt.size(),
          o.gen.n_predict, static_cast<long long>(engine.n_ctx()));
   for (int32_t t : prompt) sampler.accept(t);
-  const int64_t V = engine.config().n_vocab;
+  const int64_t V = engine.info().n_vocab;
   const std::vector<float>* logits = &engine.eval(*seq, prompt);
   std::string line;
   for (int i = 0; i < o.gen.n_predict; ++i) {

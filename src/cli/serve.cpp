@@ -75,7 +75,7 @@ static RunFn setup_serve(CLI::App& app) {
     info.id = o->alias.empty() ? std::filesystem::path(o->engine.model_path).stem().string() : o->alias;
     info.created = static_cast<int64_t>(std::time(nullptr));
     info.n_ctx = sched.n_ctx();
-    info.n_ctx_train = tm.engine->config().n_ctx_train;
+    info.n_ctx_train = tm.engine->info().n_ctx_train;
     info.n_vocab = tm.tokenizer->n_vocab();
     serve::Server server(o->server, sched, *tm.tokenizer, tpl.get(), info);
 

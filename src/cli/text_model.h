@@ -17,8 +17,8 @@ struct TextModel {
 
   explicit TextModel(const runtime::EngineOptions& o)
       : engine(std::make_unique<runtime::Engine>(o)),
-        tokenizer(std::make_unique<text::Tokenizer>(text::tokenizer_data_from_gguf(*engine->model().file))),
-        chat_template(text::chat_template_from_gguf(*engine->model().file)) {}
+        tokenizer(std::make_unique<text::Tokenizer>(text::tokenizer_data_from_gguf(engine->model().file()))),
+        chat_template(text::chat_template_from_gguf(engine->model().file())) {}
 };
 
 }  // namespace tern::cli

@@ -14,12 +14,12 @@
 #include "core/log.h"
 #include "core/parallel.h"
 #include "core/progress.h"
+#include "models/registry.h"
 #include "quant/kernels.h"
 
 namespace tern::runtime {
 
-using models::qwen35moe::Model;
-using models::qwen35moe::SequenceState;
+using models::SequenceState;
 
 namespace {
 
@@ -100,12 +100,12 @@ Engine::Engine(const EngineOptions& o) {
   const uint64_t budget = checked.budget;
   stats_ = o.stats;
 
-  model_ = Model::load(o.model_path);
-  const auto& c = model_->config;
+  model_ = models::load_model(o.model_path);
+  const models::ModelInfo& c = model_->info();
   if (o.n_ctx > 0) {
     n_ctx_ = o.n_ctx;
   } else {
-    n_ctx_ = default_n_ctx(c, kv_type_, o.n_parallel, budget);
+    n_ctx_ = default_n_ctx(*model_, kv_type_, o.n_parallel, budget);
     log::info("context size %lld (model trained for %lld%s)", static_cast<long long>(n_ctx_),
               static_cast<long long>(c.n_ctx_train),
               n_ctx_ < c.n_ctx_train ? (budget ? ", capped by --mem-budget" : ", capped by available memory") : "");
@@ -120,7 +120,7 @@ Engine::Engine(const EngineOptions& o) {
   req.expert_slots = o.expert_cache;
   req.prefix_cache = o.prefix_cache_bytes;
   req.repack = !o.no_repack;
-  plan_ = plan_memory(*model_->file, c, req);
+  plan_ = plan_memory(*model_, req);
   if (req.repack && !plan_.streamed && budget == 0 &&
       static_cast<double>(plan_.dense + plan_.experts) > 0.8 * available_memory_bytes()) {
     log::info("weights stay memory-mapped in the file's layout (not repacked): %s is more than 80%% of the %s "
@@ -128,27 +128,24 @@ Engine::Engine(const EngineOptions& o) {
               format_bytes(plan_.dense + plan_.experts).c_str(),
               format_bytes(static_cast<uint64_t>(available_memory_bytes())).c_str());
     req.repack = false;
-    plan_ = plan_memory(*model_->file, c, req);
+    plan_ = plan_memory(*model_, req);
   }
   if (budget > 0 || plan_.streamed) log::info("memory plan:\n%s", format_plan(plan_).c_str());
   else log::info("memory: %s", plan_.verdict.c_str());
   if (!plan_.fits) fail("--mem-budget %s: %s", o.mem_budget.c_str(), plan_.verdict.c_str());
   if (req.repack) repack_weights(plan_.streamed);
-  else warm_pages(*model_->file, plan_);
+  else warm_pages(model_->file(), plan_);
 
-  log::info("%s: %s, %lld layers (%lld attention, %lld DeltaNet), %lld experts top-%lld, %d threads, kernels %s",
-            o.model_path.c_str(), c.arch.c_str(), static_cast<long long>(c.n_layer),
-            static_cast<long long>(c.n_attention_layers()), static_cast<long long>(c.n_deltanet_layers()),
-            static_cast<long long>(c.n_expert), static_cast<long long>(c.n_expert_used), n_threads(),
-            isa_name(quant::active_isa()));
+  log::info("%s: %s, %s, %d threads, kernels %s", o.model_path.c_str(), c.arch.c_str(), c.summary.c_str(),
+            n_threads(), isa_name(quant::active_isa()));
   models::TensorDump dump;
   if (!o.dump_dir.empty()) dump = models::TensorDump(o.dump_dir);
-  forward_ = std::make_unique<models::qwen35moe::Forward>(*model_, std::move(dump), plan_.streamed ? plan_.slots : 0);
+  model_->start(std::move(dump), plan_.streamed ? plan_.slots : 0);
 }
 
 // Matrices into the kernels' layout (streamed experts are repacked as they are read instead); logged once.
 void Engine::repack_weights(bool experts_streamed) {
-  using models::qwen35moe::RepackScope;
+  using models::RepackScope;
   const auto t0 = std::chrono::steady_clock::now();
   repack_ = model_->repack(experts_streamed ? RepackScope::kDense : RepackScope::kAll);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -164,14 +161,14 @@ Engine::~Engine() {
 }
 
 void Engine::print_stats() const {
-  const auto& st = forward_->experts().stats();
+  const models::ExpertCacheStats st = model_->expert_stats();
   const ResidentSet rss = resident_set();
-  if (forward_->experts().streamed()) {
+  if (model_->experts_streamed()) {
     const uint64_t uses = st.hits + st.misses;
     std::fprintf(stderr,
                  "expert cache: %lld of %lld experts per layer, %llu hits, %llu misses (hit rate %.1f%%), "
                  "%s read, %.3f s waiting on reads\n",
-                 static_cast<long long>(forward_->experts().slots()), static_cast<long long>(config().n_expert),
+                 static_cast<long long>(model_->expert_slots()), static_cast<long long>(info().n_expert),
                  static_cast<unsigned long long>(st.hits), static_cast<unsigned long long>(st.misses),
                  uses ? 100.0 * static_cast<double>(st.hits) / static_cast<double>(uses) : 0.0,
                  format_bytes(st.bytes_read).c_str(), st.read_seconds);
@@ -192,29 +189,29 @@ void Engine::print_stats() const {
 ResidentSet resident_set() { return {status_kib("VmRSS") * 1024, status_kib("VmHWM") * 1024}; }
 
 std::unique_ptr<SequenceState> Engine::new_sequence() const {
-  return std::make_unique<SequenceState>(model_->config, n_ctx_, kv_type_);
+  return std::make_unique<SequenceState>(model_->state_shape(), n_ctx_, kv_type_);
 }
 
 const std::vector<float>& Engine::eval(SequenceState& seq, const std::vector<int32_t>& tokens, bool all_logits) {
-  std::vector<models::qwen35moe::SeqInput> batch(1);
+  std::vector<models::SeqInput> batch(1);
   batch[0].state = &seq;
   batch[0].all_logits = all_logits;
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n <= kMaxBatchRows) {
     batch[0].tokens = tokens;
-    return forward_->run(batch);
+    return model_->forward(batch);
   }
   // Long prompts go in chunks (bounded buffers); every row's result is the same as in one forward.
-  const bool bad_token = std::any_of(tokens.begin(), tokens.end(), [&](int32_t t) { return t < 0 || t >= config().n_vocab; });
+  const bool bad_token = std::any_of(tokens.begin(), tokens.end(), [&](int32_t t) { return t < 0 || t >= info().n_vocab; });
   if (bad_token || seq.n_past() + n > seq.n_ctx()) {
     batch[0].tokens = tokens;
-    return forward_->run(batch);  // refused with the usual error before any state changes
+    return model_->forward(batch);  // refused with the usual error before any state changes
   }
   all_logits_.clear();
   const std::vector<float>* last = nullptr;
   for (int64_t i = 0; i < n; i += kMaxBatchRows) {
     batch[0].tokens.assign(tokens.begin() + i, tokens.begin() + std::min(n, i + kMaxBatchRows));
-    last = &forward_->run(batch);
+    last = &model_->forward(batch);
     if (all_logits) all_logits_.insert(all_logits_.end(), last->begin(), last->end());
   }
   return all_logits ? all_logits_ : *last;

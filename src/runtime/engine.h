@@ -6,8 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "models/qwen35moe/forward.h"
-#include "models/qwen35moe/weights.h"
+#include "models/model.h"
 #include "runtime/memory_plan.h"
 
 namespace tern::runtime {
@@ -51,27 +50,26 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
   const MemoryPlan& memory_plan() const { return plan_; }
   void print_stats() const;
-  const models::qwen35moe::Model& model() const { return *model_; }
-  const models::qwen35moe::Config& config() const { return model_->config; }
+  models::Model& model() { return *model_; }
+  const models::Model& model() const { return *model_; }
+  const models::ModelInfo& info() const { return model_->info(); }
   int64_t n_ctx() const { return n_ctx_; }
   ops::KvType kv_type() const { return kv_type_; }
-  std::unique_ptr<models::qwen35moe::SequenceState> new_sequence() const;
-  models::qwen35moe::Forward& forward() { return *forward_; }
+  std::unique_ptr<models::SequenceState> new_sequence() const;
 
   // Feeds tokens to one sequence, in forwards of at most kMaxBatchRows tokens; returns the logits of the last
   // token (or of every token if all_logits).
-  const std::vector<float>& eval(models::qwen35moe::SequenceState& seq, const std::vector<int32_t>& tokens,
+  const std::vector<float>& eval(models::SequenceState& seq, const std::vector<int32_t>& tokens,
                                  bool all_logits = false);
 
  private:
   void repack_weights(bool experts_streamed);
-  std::unique_ptr<models::qwen35moe::Model> model_;
-  std::unique_ptr<models::qwen35moe::Forward> forward_;
+  std::unique_ptr<models::Model> model_;
   int64_t n_ctx_ = 0;
   ops::KvType kv_type_ = ops::KvType::kF16;
   MemoryPlan plan_;
   bool stats_ = false;
-  models::qwen35moe::RepackReport repack_;
+  models::RepackReport repack_;
   std::vector<float> all_logits_;
 };
 

@@ -30,7 +30,7 @@ std::vector<int32_t> end_of_generation_ids(const text::Tokenizer& tok) {
   return ids;
 }
 
-GenerateResult generate(Engine& engine, models::qwen35moe::SequenceState& seq, const text::Tokenizer& tok,
+GenerateResult generate(Engine& engine, models::SequenceState& seq, const text::Tokenizer& tok,
                         Sampler& sampler, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
                         const std::function<bool(const std::string&)>& on_text) {
   using clock = std::chrono::steady_clock;
@@ -40,7 +40,7 @@ GenerateResult generate(Engine& engine, models::qwen35moe::SequenceState& seq, c
     fail("prompt too long: %zu tokens (+%lld already in the sequence) exceed the context size %lld (raise -c)",
          prompt.size(), static_cast<long long>(seq.n_past()), static_cast<long long>(seq.n_ctx()));
   const std::vector<int32_t> eog = end_of_generation_ids(tok);
-  const int64_t V = engine.config().n_vocab;
+  const int64_t V = engine.info().n_vocab;
   for (int32_t t : prompt) sampler.accept(t);
 
   auto t0 = clock::now();

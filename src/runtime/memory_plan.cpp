@@ -8,13 +8,10 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "models/qwen35moe/state.h"
-#include "models/qwen35moe/weights.h"
 
 namespace tern::runtime {
 
-using models::qwen35moe::Config;
-using models::qwen35moe::SequenceState;
+using models::SequenceState;
 
 namespace {
 
@@ -23,31 +20,6 @@ namespace {
 // tables at a few times its size in the file.
 constexpr uint64_t kProgramBytes = uint64_t{8} << 20;
 constexpr uint64_t kMetadataFactor = 6;
-
-// Layer index of "blk.<i>.<rest>", or -1 for a tensor outside the blocks.
-int64_t block_of(std::string_view name) {
-  if (name.substr(0, 4) != "blk.") return -1;
-  int64_t i = 0;
-  size_t p = 4;
-  while (p < name.size() && std::isdigit(static_cast<unsigned char>(name[p]))) i = i * 10 + (name[p++] - '0');
-  return p > 4 ? i : -1;
-}
-
-// Forward scratch per batch row (floats), mirroring the buffers Forward and the blocks grow: residual stream,
-// attention and DeltaNet projections, the router and routing weights, the MoE block's SwiGLU rows and down
-// outputs for every (token, expert) pair and the shared expert, the batch quantized in up to two formats and
-// down's quantized input (counted at 4 bytes an element, the f32 bound), and the kernels' activation scratch.
-uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
-  const int64_t D = c.n_embd, q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim;
-  const int64_t attn = 5 * q + 2 * kv;
-  const int64_t dn = 2 * c.conv_dim() + 2 * c.value_dim() + 2 * c.n_v_heads;
-  const int64_t jobs = c.n_expert_used + (c.n_ff_shexp > 0 ? 1 : 0);
-  const int64_t F = std::max(c.n_ff_exp, c.n_ff_shexp);
-  const int64_t moe = c.n_expert + 2 * c.n_expert_used + jobs * (D + 2 * F) + 2 * D + 1;
-  const int64_t per_row = 4 * D + attn + dn + moe;
-  const int64_t logits = c.n_vocab * n_parallel;
-  return static_cast<uint64_t>((per_row * rows + logits) * 4);
-}
 
 }  // namespace
 
@@ -66,10 +38,11 @@ double available_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<double>(pages) * page : 4e9;
 }
 
-int64_t default_n_ctx(const Config& c, ops::KvType kv_type, int n_parallel, uint64_t budget) {
+int64_t default_n_ctx(const models::ModelShape& m, ops::KvType kv_type, int n_parallel, uint64_t budget) {
   const double room = budget ? static_cast<double>(budget) / 4 : available_memory_bytes() / 2;
-  auto state = [&](int64_t n) { return static_cast<double>(SequenceState::bytes_for(c, n, kv_type)) * n_parallel; };
-  int64_t n = c.n_ctx_train;
+  const models::StateShape shape = m.state_shape();
+  auto state = [&](int64_t n) { return static_cast<double>(SequenceState::bytes_for(shape, n, kv_type)) * n_parallel; };
+  int64_t n = m.info().n_ctx_train;
   while (n > 256 && state(n) > room) n /= 2;
   return n;
 }
@@ -80,36 +53,29 @@ uint64_t MemoryPlan::minimum() const {
   return dense + state + buffers + runtime + prefix_cache + one_each;
 }
 
-MemoryPlan plan_memory(const gguf::File& f, const Config& c, const MemoryRequest& r) {
+MemoryPlan plan_memory(const models::ModelShape& m, const MemoryRequest& r) {
+  const gguf::File& f = m.file();
+  const int64_t n_expert = m.info().n_expert;
   MemoryPlan p;
   p.file_bytes = f.file_size();
-  p.n_expert = c.n_expert;
+  p.n_expert = n_expert;
   p.budget = r.budget;
-  p.expert_bytes.assign(static_cast<size_t>(c.n_layer), 0);
-  for (const gguf::TensorInfo& t : f.tensors()) {
-    const int64_t il = block_of(t.name);
-    if (il >= c.n_layer) continue;  // MTP blocks: never loaded
-    p.repacked |= models::qwen35moe::tensor_repacked(t, c, r.repack, true);
-    const uint64_t bytes = models::qwen35moe::resident_tensor_bytes(t, c, r.repack, true);
-    if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
-      p.experts += bytes;
-      p.expert_bytes[il] += bytes / static_cast<uint64_t>(c.n_expert);
-    } else {
-      p.dense += bytes;
-    }
-  }
-  p.dense += models::qwen35moe::repack_extra_bytes(f, c, r.repack);
-  p.state = static_cast<uint64_t>(r.n_parallel) * SequenceState::bytes_for(c, r.n_ctx, r.kv_type);
-  p.buffers = buffer_bytes(c, std::min(r.batch_rows, r.n_ctx * r.n_parallel), r.n_parallel);
+  const models::WeightBytes w = m.weight_bytes(r.repack, true);
+  p.dense = w.dense;
+  p.experts = w.experts;
+  p.expert_bytes = w.expert_bytes;
+  p.repacked = w.repacked;
+  p.state = static_cast<uint64_t>(r.n_parallel) * SequenceState::bytes_for(m.state_shape(), r.n_ctx, r.kv_type);
+  p.buffers = m.buffer_bytes(std::min(r.batch_rows, r.n_ctx * r.n_parallel), r.n_parallel);
   p.runtime = kProgramBytes + kMetadataFactor * f.data_offset();
   p.prefix_cache = r.prefix_cache;
 
   uint64_t per_slot = 0;
   for (uint64_t b : p.expert_bytes) per_slot += b;
   if (r.expert_slots > 0) {
-    if (r.expert_slots > c.n_expert)
+    if (r.expert_slots > n_expert)
       fail("--expert-cache %lld: the model has %lld experts per layer", static_cast<long long>(r.expert_slots),
-           static_cast<long long>(c.n_expert));
+           static_cast<long long>(n_expert));
     p.streamed = true;
     p.slots = r.expert_slots;
   } else if (r.budget > 0) {
@@ -119,7 +85,7 @@ MemoryPlan plan_memory(const gguf::File& f, const Config& c, const MemoryRequest
       p.streamed = false;  // everything fits: keep the experts mapped
     } else {
       p.streamed = true;
-      p.slots = per_slot ? static_cast<int64_t>(std::min<uint64_t>(left / per_slot, c.n_expert)) : c.n_expert;
+      p.slots = per_slot ? static_cast<int64_t>(std::min<uint64_t>(left / per_slot, n_expert)) : n_expert;
     }
   }
   p.expert_cache = static_cast<uint64_t>(p.slots) * per_slot;
@@ -133,8 +99,8 @@ MemoryPlan plan_memory(const gguf::File& f, const Config& c, const MemoryRequest
                   format_bytes(r.budget).c_str(), format_bytes(p.minimum()).c_str());
   } else if (p.streamed) {
     std::snprintf(line, sizeof line, "experts streamed: a cache of %lld of %lld experts per layer (%.0f%% of expert bytes)",
-                  static_cast<long long>(p.slots), static_cast<long long>(c.n_expert),
-                  100.0 * static_cast<double>(p.slots) / static_cast<double>(c.n_expert));
+                  static_cast<long long>(p.slots), static_cast<long long>(n_expert),
+                  100.0 * static_cast<double>(p.slots) / static_cast<double>(n_expert));
   } else {
     std::snprintf(line, sizeof line, "%s%s", r.budget > 0 ? "fits: all weights in memory" : "no budget: all weights in memory",
                   p.repacked ? " (matrices repacked for the kernels, the rest memory-mapped)"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "formats/gguf.h"
-#include "models/qwen35moe/config.h"
+#include "models/model.h"
 #include "ops/attention.h"
 
 namespace tern::runtime {
@@ -58,9 +58,10 @@ double available_memory_bytes();
 
 // The context size for -c 0: the model's training context, halved (not below 256) while the state of
 // n_parallel sequences exceeds half the available memory, or a quarter of the budget when there is one.
-int64_t default_n_ctx(const models::qwen35moe::Config& c, ops::KvType kv_type, int n_parallel, uint64_t budget);
+int64_t default_n_ctx(const models::ModelShape& m, ops::KvType kv_type, int n_parallel, uint64_t budget);
 
-MemoryPlan plan_memory(const gguf::File& f, const models::qwen35moe::Config& c, const MemoryRequest& r);
+// The model answers for its own sizes (weights as held, state, forward buffers); the plan adds them up.
+MemoryPlan plan_memory(const models::ModelShape& m, const MemoryRequest& r);
 
 // The plan as an aligned table (what `tern plan` prints and the engine logs under a budget).
 std::string format_plan(const MemoryPlan& p);

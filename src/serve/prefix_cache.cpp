@@ -7,7 +7,7 @@
 
 namespace tern::serve {
 
-using models::qwen35moe::SequenceState;
+using models::SequenceState;
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <list>
 #include <vector>
 
-#include "models/qwen35moe/state.h"
+#include "models/sequence_state.h"
 
 namespace tern::serve {
 
@@ -25,9 +25,9 @@ class PrefixCache {
 
   // Restores into `state` (which must be empty) the longest cached prefix of `prompt` shorter than the whole
   // prompt (at least one token must remain to feed). Returns its length (0: miss, state untouched).
-  int64_t restore(const std::vector<int32_t>& prompt, models::qwen35moe::SequenceState& state);
+  int64_t restore(const std::vector<int32_t>& prompt, models::SequenceState& state);
   // Snapshots `state`, which has processed exactly `tokens`. Evicts least recently used entries to fit.
-  void insert(const std::vector<int32_t>& tokens, models::qwen35moe::SequenceState& state);
+  void insert(const std::vector<int32_t>& tokens, models::SequenceState& state);
   bool contains(const std::vector<int32_t>& tokens) const;
   const PrefixCacheStats& stats() const { return stats_; }
 
@@ -35,7 +35,7 @@ class PrefixCache {
   struct Entry {
     std::vector<int32_t> tokens;
     std::vector<std::vector<uint8_t>> k, v;    // [layer] attention: [n_head_kv][n][head_dim] KV elements
-    std::vector<std::vector<float>> conv, ssm; // [layer] DeltaNet states, as in LayerState
+    std::vector<std::vector<float>> conv, ssm; // [layer] recurrent states, as in LayerState
     size_t bytes = 0;
   };
   int64_t n_layer_;

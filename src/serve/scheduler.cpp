@@ -8,8 +8,8 @@
 
 namespace tern::serve {
 
-using models::qwen35moe::SeqInput;
-using models::qwen35moe::SequenceState;
+using models::SeqInput;
+using models::SequenceState;
 
 const char* finish_name(Finish f) {
   switch (f) {
@@ -73,7 +73,7 @@ struct Scheduler::Job {
 
 Scheduler::Scheduler(runtime::Engine& engine, const text::Tokenizer& tok, const SchedulerOptions& o)
     : engine_(engine), tok_(tok), o_(o), n_ctx_(o.n_ctx > 0 ? o.n_ctx : engine.n_ctx()),
-      cache_(o.cache_bytes, engine.config().n_layer) {
+      cache_(o.cache_bytes, engine.info().n_layer) {
   if (o_.parallel < 1) fail("--parallel must be >= 1 (got %d)", o_.parallel);
   if (o_.batch < 1) fail("--batch must be >= 1 (got %d)", o_.batch);
   if (o_.max_queue < 0) fail("--max-queue must be >= 0 (got %d)", o_.max_queue);
@@ -86,10 +86,10 @@ Scheduler::Scheduler(runtime::Engine& engine, const text::Tokenizer& tok, const 
     special_[id] = tok.token_type(id) == text::TokenType::kControl || tok.token_type(id) == text::TokenType::kUnused;
   }
   stats_.cache = cache_.stats();
-  stats_.experts = engine_.forward().experts().stats();
+  stats_.experts = engine_.model().expert_stats();
   slots_.resize(o_.parallel);
   for (int i = 0; i < o_.parallel; ++i)
-    states_.push_back(std::make_unique<SequenceState>(engine.config(), n_ctx_, engine.kv_type()));
+    states_.push_back(engine.new_sequence());
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -110,7 +110,7 @@ std::shared_ptr<Completion> Scheduler::submit(GenRequest r) {
   if (n == 0) throw AdmissionError("the prompt is empty (it has no tokens)", false);
   const int32_t V = tok_.n_vocab();
   for (int32_t t : r.prompt)
-    if (t < 0 || t >= V || t >= engine_.config().n_vocab)
+    if (t < 0 || t >= V || t >= engine_.info().n_vocab)
       throw AdmissionError(strf("token id %d is out of range (vocabulary size %d)", t, V), false);
   const int64_t need = n + std::max(r.max_tokens, 1);
   if (need > n_ctx_)
@@ -163,8 +163,8 @@ SchedulerStats Scheduler::stats() const {
   std::lock_guard lk(m_);
   SchedulerStats s = stats_;
   s.queued = static_cast<int64_t>(queue_.size());
-  const auto& store = engine_.forward().experts();  // streamed() and slots() are fixed at start-up
-  s.expert_slots = store.streamed() ? store.slots() : 0;
+  const models::Model& m = engine_.model();  // experts_streamed() and expert_slots() are fixed at start-up
+  s.expert_slots = m.experts_streamed() ? m.expert_slots() : 0;
   s.active = std::count_if(slots_.begin(), slots_.end(), [](const auto& j) { return j != nullptr; });
   return s;
 }
@@ -282,14 +282,14 @@ void Scheduler::step(std::vector<Job*>& jobs) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float>* logits = nullptr;
   try {
-    logits = &engine_.forward().run(batch);
+    logits = &engine_.model().forward(batch);
   } catch (const std::exception& e) {
     log::error("forward failed for a batch of %zu sequences: %s", batch.size(), e.what());
     for (Job* j : owner) finish(*j, Finish::kError, e.what());
     return;
   }
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const int64_t V = engine_.config().n_vocab;
+  const int64_t V = engine_.info().n_vocab;
   int64_t n_sampled = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     Job& j = *owner[i];
@@ -325,7 +325,7 @@ void Scheduler::step(std::vector<Job*>& jobs) {
   stats_.prompt_tokens += n_prompt_rows;
   stats_.completion_tokens += n_sampled;
   stats_.cache = cache_.stats();
-  stats_.experts = engine_.forward().experts().stats();  // copied here, on the thread that runs the forwards
+  stats_.experts = engine_.model().expert_stats();  // copied here, on the thread that runs the forwards
 }
 
 // log-softmax of the row at `tok`, and the n largest entries (ties: lower id first). ids: scratch, [V] after.
@@ -359,7 +359,7 @@ bool Scheduler::after_token(Job& j, int32_t tok, const float* logits) {
     j.c->tokens_.push_back(tok);
     // End-of-generation tokens are not part of the answer's text, nor of its log-probabilities.
     if (j.req.top_logprobs >= 0 && !eog)
-      j.c->pending_logprobs_.push_back(logprob_of(logits, engine_.config().n_vocab, tok, j.req.top_logprobs, top_ids_));
+      j.c->pending_logprobs_.push_back(logprob_of(logits, engine_.info().n_vocab, tok, j.req.top_logprobs, top_ids_));
   }
   ++j.c->n_generated_;
   const int64_t n_gen = static_cast<int64_t>(j.c->tokens_.size());

@@ -103,7 +103,7 @@ struct SchedulerStats {
   int64_t steps = 0;
   double busy_seconds = 0;                   // time spent in forwards
   PrefixCacheStats cache;
-  models::qwen35moe::ExpertCacheStats experts;  // streamed experts (--mem-budget); zeros when mapped
+  models::ExpertCacheStats experts;  // streamed experts (--mem-budget); zeros when mapped
   int64_t expert_slots = 0;                     // experts cached per layer; 0 when mapped
 };
 
@@ -141,7 +141,7 @@ class Scheduler {
   std::vector<bool> special_;             // [n_vocab] control tokens (never inside constrained output)
   std::vector<float> masked_;             // scratch row for constrained sampling
   // Scheduler-thread scratch reused every step: the forward's rows and the job of each, top-logprob candidates.
-  std::vector<models::qwen35moe::SeqInput> batch_;
+  std::vector<models::SeqInput> batch_;
   std::vector<Job*> owner_;
   std::vector<int32_t> top_ids_;
 
@@ -149,7 +149,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Job>> queue_;
   std::vector<std::unique_ptr<Job>> slots_;  // [parallel]; null = free
-  std::vector<std::unique_ptr<models::qwen35moe::SequenceState>> states_;  // [parallel]
+  std::vector<std::unique_ptr<models::SequenceState>> states_;  // [parallel]
   PrefixCache cache_;  // scheduler thread only; its stats are copied into stats_
   bool stop_ = false;
   SchedulerStats stats_;

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "models/qwen35moe/forward.h"
+#include "models/qwen35moe/state.h"
 
 namespace {
 
@@ -82,9 +83,9 @@ void expect_equivalent(const std::string& ours_path, const std::string& ref_path
 
 std::vector<float> logits(const std::string& path, const std::vector<int32_t>& toks) {
   auto m = models::qwen35moe::Model::load(path);
-  models::qwen35moe::SequenceState st(m->config, 64, ops::KvType::kF32);
+  models::SequenceState st(models::qwen35moe::state_shape(m->config), 64, ops::KvType::kF32);
   models::qwen35moe::Forward fw(*m);
-  std::vector<models::qwen35moe::SeqInput> b(1);
+  std::vector<models::SeqInput> b(1);
   b[0] = {&st, toks, true};
   return fw.run(b);
 }

@@ -14,11 +14,16 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "models/qwen35moe/forward.h"
+#include "models/qwen35moe/state.h"
 #include "runtime/sampler.h"
 
 namespace fs = std::filesystem;
 using namespace tern;
 using namespace tern::models::qwen35moe;
+using tern::models::ExpertCacheStats;
+using tern::models::RepackScope;
+using tern::models::SeqInput;
+using tern::models::SequenceState;
 using nlohmann::json;
 
 namespace {
@@ -67,7 +72,7 @@ std::vector<Prompt> read_prompts(const fs::path& ref) {
 
 // Teacher-forced logits for every token of `tokens`, [n, n_vocab].
 std::vector<float> teacher_forced(const Model& m, const std::vector<int32_t>& tokens, int64_t n_ctx = 512) {
-  SequenceState st(m.config, n_ctx, ops::KvType::kF32);
+  SequenceState st(state_shape(m.config), n_ctx, ops::KvType::kF32);
   Forward fw(m);
   std::vector<SeqInput> b(1);
   b[0] = {&st, tokens, true};
@@ -75,7 +80,7 @@ std::vector<float> teacher_forced(const Model& m, const std::vector<int32_t>& to
 }
 
 std::vector<int32_t> greedy(const Model& m, const std::vector<int32_t>& prompt, int n_new, ops::KvType kv) {
-  SequenceState st(m.config, 512, kv);
+  SequenceState st(state_shape(m.config), 512, kv);
   Forward fw(m);
   std::vector<SeqInput> b(1);
   b[0] = {&st, prompt, false};
@@ -184,7 +189,7 @@ TEST_P(ModelFixture, PrefillThenDecodeEqualsOneShot) {
   for (int i = 0; i < 70; ++i) toks.push_back((i * 37 + 11) % 200 + 1);
   std::vector<float> full = teacher_forced(*model, toks);
   const int64_t V = model->config.n_vocab;
-  SequenceState st(model->config, 128, ops::KvType::kF32);
+  SequenceState st(state_shape(model->config), 128, ops::KvType::kF32);
   Forward fw(*model);
   std::vector<SeqInput> b(1);
   b[0] = {&st, std::vector<int32_t>(toks.begin(), toks.begin() + 65), false};
@@ -210,11 +215,11 @@ TEST_P(ModelFixture, IndependentOfThreadsAndBatch) {
   std::vector<float> lb = teacher_forced(*model, bt);
   EXPECT_EQ(la, la2) << "logits depend on the thread count";
   // Both sequences in one batch give bit-identical rows.
-  SequenceState sa(model->config, 64, ops::KvType::kF16), sb(model->config, 64, ops::KvType::kF16);
+  SequenceState sa(state_shape(model->config), 64, ops::KvType::kF16), sb(state_shape(model->config), 64, ops::KvType::kF16);
   Forward fw(*model);
   std::vector<SeqInput> batch = {{&sa, a, true}, {&sb, bt, true}};
   std::vector<float> both = fw.run(batch);
-  SequenceState sa1(model->config, 64, ops::KvType::kF16), sb1(model->config, 64, ops::KvType::kF16);
+  SequenceState sa1(state_shape(model->config), 64, ops::KvType::kF16), sb1(state_shape(model->config), 64, ops::KvType::kF16);
   std::vector<SeqInput> one = {{&sa1, a, true}};
   std::vector<float> alone_a = fw.run(one);
   one = {{&sb1, bt, true}};
@@ -226,7 +231,7 @@ TEST_P(ModelFixture, IndependentOfThreadsAndBatch) {
 
 TEST_P(ModelFixture, ContextOverflowIsAnError) {
   auto model = load();
-  SequenceState st(model->config, 8, ops::KvType::kF16);
+  SequenceState st(state_shape(model->config), 8, ops::KvType::kF16);
   Forward fw(*model);
   std::vector<SeqInput> b = {{&st, std::vector<int32_t>(6, 1), false}};
   fw.run(b);
@@ -296,7 +301,7 @@ TEST_P(ModelFixture, SameLogitsAtAnyExpertCacheSize) {
   const Config& c = model->config;
   const std::vector<int32_t> prompt = {5, 9, 13, 2, 7, 30, 31, 4, 1, 17};
   auto run = [&](int64_t slots, ExpertCacheStats* stats) {
-    SequenceState st(c, 64, ops::KvType::kF16);
+    SequenceState st(state_shape(c), 64, ops::KvType::kF16);
     Forward fw(slots > 0 ? *model : *mapped_model, {}, slots);
     std::vector<SeqInput> b(1);
     b[0] = {&st, prompt, true};

@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "models/qwen35moe/expert_store.h"
+#include "models/qwen35moe/model.h"
+#include "models/qwen35moe/state.h"
 #include "runtime/engine.h"
 #include "runtime/memory_plan.h"
 
@@ -17,9 +19,9 @@ using namespace tern;
 using namespace tern::runtime;
 using models::qwen35moe::ExpertStore;
 using models::qwen35moe::Model;
-using models::qwen35moe::RepackReport;
-using models::qwen35moe::RepackScope;
-using models::qwen35moe::SequenceState;
+using models::RepackReport;
+using models::RepackScope;
+using models::SequenceState;
 
 namespace {
 
@@ -47,7 +49,8 @@ TEST_P(PlanFixture, WeightFiguresMatchTheLoadedModel) {
     auto m = Model::load(path());
     MemoryRequest r = request(256);
     r.repack = repack;
-    const MemoryPlan p = plan_memory(*m->file, m->config, r);
+    const models::qwen35moe::Shape shape(*m->file);
+    const MemoryPlan p = plan_memory(shape, r);
     EXPECT_EQ(p.repacked, repack && GetParam().find(".f") == std::string::npos);  // float files: nothing to repack
     // Every loaded tensor is either dense or a routed expert; unused (MTP) tensors are neither.
     uint64_t loaded = 0;
@@ -63,7 +66,7 @@ TEST_P(PlanFixture, WeightFiguresMatchTheLoadedModel) {
     const std::vector<size_t> per_layer = ExpertStore::expert_bytes_per_layer(*streamed);
     ASSERT_EQ(p.expert_bytes.size(), per_layer.size());
     for (size_t i = 0; i < per_layer.size(); ++i) EXPECT_EQ(p.expert_bytes[i], per_layer[i]) << "layer " << i;
-    SequenceState st(m->config, 256, ops::KvType::kF16);
+    SequenceState st(models::qwen35moe::state_shape(m->config), 256, ops::KvType::kF16);
     EXPECT_EQ(p.state, st.bytes());
     EXPECT_FALSE(p.streamed);
     EXPECT_EQ(p.total(), p.dense + p.experts + p.state + p.buffers + p.runtime);
@@ -73,12 +76,13 @@ TEST_P(PlanFixture, WeightFiguresMatchTheLoadedModel) {
 TEST_P(PlanFixture, BudgetBuysTheSlotsItCanHold) {
   auto m = Model::load(path());
   const auto& c = m->config;
-  const MemoryPlan free_plan = plan_memory(*m->file, c, request(256));
+  const models::qwen35moe::Shape shape(*m->file);
+  const MemoryPlan free_plan = plan_memory(shape, request(256));
   const uint64_t fixed = free_plan.dense + free_plan.state + free_plan.buffers + free_plan.runtime;
   const uint64_t slot = ExpertStore::cache_bytes(*m, 1);
   // Exactly three slots' worth above the fixed part (plus less than one more slot) -> 3 per layer.
   if (c.n_expert > 3) {
-    const MemoryPlan p = plan_memory(*m->file, c, request(256, fixed + 3 * slot + slot / 2));
+    const MemoryPlan p = plan_memory(shape, request(256, fixed + 3 * slot + slot / 2));
     EXPECT_TRUE(p.fits);
     EXPECT_TRUE(p.streamed);
     EXPECT_EQ(p.slots, 3);
@@ -86,18 +90,18 @@ TEST_P(PlanFixture, BudgetBuysTheSlotsItCanHold) {
     EXPECT_LE(p.total(), p.budget);
   }
   // A budget holding everything keeps the experts mapped.
-  const MemoryPlan all = plan_memory(*m->file, c, request(256, free_plan.total()));
+  const MemoryPlan all = plan_memory(shape, request(256, free_plan.total()));
   EXPECT_TRUE(all.fits);
   EXPECT_FALSE(all.streamed);
   // Below the dense part + one expert per layer: refused, and the verdict gives both numbers.
-  const MemoryPlan tight = plan_memory(*m->file, c, request(256, fixed + slot - 1));
+  const MemoryPlan tight = plan_memory(shape, request(256, fixed + slot - 1));
   EXPECT_FALSE(tight.fits);
   EXPECT_EQ(tight.minimum(), fixed + slot);
   EXPECT_NE(tight.verdict.find(format_bytes(tight.minimum())), std::string::npos) << tight.verdict;
   EXPECT_NE(tight.verdict.find(format_bytes(fixed + slot - 1)), std::string::npos) << tight.verdict;
   // An explicit cache size wins over the budget's choice and is range-checked.
-  EXPECT_EQ(plan_memory(*m->file, c, request(256, 0, 1)).slots, 1);
-  EXPECT_THROW(plan_memory(*m->file, c, request(256, 0, c.n_expert + 1)), Error);
+  EXPECT_EQ(plan_memory(shape, request(256, 0, 1)).slots, 1);
+  EXPECT_THROW(plan_memory(shape, request(256, 0, c.n_expert + 1)), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PlanFixture,
@@ -134,21 +138,21 @@ TEST(EngineEval, LongPromptsInChunksEqualOneForward) {
   o.kv_type = "f32";
   Engine e(o);
   std::vector<int32_t> toks;
-  for (int64_t i = 0; i < kMaxBatchRows + 77; ++i) toks.push_back(static_cast<int32_t>((i * 37 + 11) % e.config().n_vocab));
+  for (int64_t i = 0; i < kMaxBatchRows + 77; ++i) toks.push_back(static_cast<int32_t>((i * 37 + 11) % e.info().n_vocab));
   auto s1 = e.new_sequence();
   const std::vector<float> chunked = e.eval(*s1, toks, true);
   EXPECT_EQ(s1->n_past(), static_cast<int64_t>(toks.size()));
   auto s2 = e.new_sequence();
-  std::vector<models::qwen35moe::SeqInput> b(1);
+  std::vector<models::SeqInput> b(1);
   b[0] = {s2.get(), toks, true};
-  EXPECT_EQ(chunked, e.forward().run(b));
+  EXPECT_EQ(chunked, e.model().forward(b));
   // The last row alone, as generation asks for it.
   auto s3 = e.new_sequence();
   const std::vector<float> last = e.eval(*s3, toks, false);
-  EXPECT_TRUE(std::equal(last.begin(), last.end(), chunked.end() - e.config().n_vocab));
+  EXPECT_TRUE(std::equal(last.begin(), last.end(), chunked.end() - e.info().n_vocab));
   // A bad token anywhere is refused before any chunk runs.
   auto s4 = e.new_sequence();
-  toks.back() = static_cast<int32_t>(e.config().n_vocab);
+  toks.back() = static_cast<int32_t>(e.info().n_vocab);
   EXPECT_THROW(e.eval(*s4, toks, false), Error);
   EXPECT_EQ(s4->n_past(), 0);
 }

@@ -34,7 +34,7 @@ struct TinyModel {
     o.n_ctx = 256;
     o.threads = 1;
     engine = std::make_unique<runtime::Engine>(o);
-    tok = std::make_unique<text::Tokenizer>(text::tokenizer_data_from_gguf(*engine->model().file));
+    tok = std::make_unique<text::Tokenizer>(text::tokenizer_data_from_gguf(engine->model().file()));
   }
   std::unique_ptr<runtime::Engine> engine;
   std::unique_ptr<text::Tokenizer> tok;

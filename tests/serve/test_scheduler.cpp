@@ -34,7 +34,7 @@ Fixture& model() {
     o.threads = 1;  // tests share two cores with other jobs; results do not depend on the thread count
     Fixture x;
     x.engine = std::make_unique<runtime::Engine>(o);
-    x.tok = std::make_unique<text::Tokenizer>(text::tokenizer_data_from_gguf(*x.engine->model().file));
+    x.tok = std::make_unique<text::Tokenizer>(text::tokenizer_data_from_gguf(x.engine->model().file()));
     return x;
   }();
   return f;
@@ -276,7 +276,7 @@ TEST(Scheduler, PrefixCacheSameOutput) {
 // </think>; the template renders such an answer with an empty think block in front, which is not what the model
 // generated, so the follow-up must fall back to the longest real prefix: the first turn's whole prompt.
 TEST(Scheduler, FollowUpChatTurnResumesAtTheAnswerEnd) {
-  const std::optional<std::string> src = text::chat_template_from_gguf(*model().engine->model().file);
+  const std::optional<std::string> src = text::chat_template_from_gguf(model().engine->model().file());
   ASSERT_TRUE(src);
   const text::ChatTemplate tpl(*src);
   ModelInfo info;
@@ -333,11 +333,11 @@ TEST(PrefixCache, LeastRecentlyUsedWithinBudget) {
     return std::make_pair(toks, std::move(st));
   };
   auto [t1, s1] = snapshot(1, 20);
-  PrefixCache probe(size_t{1} << 30, e.config().n_layer);
+  PrefixCache probe(size_t{1} << 30, e.info().n_layer);
   probe.insert(t1, *s1);
   const size_t one = probe.stats().bytes;
   ASSERT_GT(one, 0u);
-  PrefixCache cache(one * 5 / 2, e.config().n_layer);  // room for two
+  PrefixCache cache(one * 5 / 2, e.info().n_layer);  // room for two
   auto [t2, s2] = snapshot(2, 20);
   auto [t3, s3] = snapshot(3, 20);
   cache.insert(t1, *s1);
@@ -355,7 +355,7 @@ TEST(PrefixCache, LeastRecentlyUsedWithinBudget) {
   EXPECT_LE(cache.stats().bytes, cache.stats().budget);
   auto other = e.new_sequence();
   EXPECT_EQ(cache.restore(t1, *other), 0);        // a whole prompt is never a hit: one token must remain
-  PrefixCache tiny(one / 2, e.config().n_layer);  // a snapshot over the budget is not kept
+  PrefixCache tiny(one / 2, e.info().n_layer);  // a snapshot over the budget is not kept
   tiny.insert(t1, *s1);
   EXPECT_EQ(tiny.stats().entries, 0);
 }
@@ -448,5 +448,5 @@ TEST(Scheduler, StreamedExpertsSameOutputAndCounters) {
   EXPECT_GT(st.experts.misses, 0u);
   EXPECT_GT(st.experts.hits, 0u);
   EXPECT_EQ(st.experts.hits + st.experts.misses,
-            streamed.forward().experts().stats().hits + streamed.forward().experts().stats().misses);
+            streamed.model().expert_stats().hits + streamed.model().expert_stats().misses);
 }

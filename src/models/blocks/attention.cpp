@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "core/profile.h"
-#include "models/qwen35moe/state.h"
+#include "models/sequence_state.h"
 #include "ops/attention.h"
 #include "ops/norm.h"
 #include "ops/rope.h"

@@ -6,14 +6,12 @@
 #include <cstdint>
 #include <vector>
 
-namespace tern::models::qwen35moe {
-class SequenceState;
-}
-
 namespace tern::models {
 
+class SequenceState;
+
 struct Segment {
-  qwen35moe::SequenceState* state = nullptr;
+  SequenceState* state = nullptr;
   int64_t row0 = 0;      // first row of this sequence in the batch
   int64_t n_tokens = 0;  // its new tokens; positions state->n_past() .. + n_tokens - 1
 };

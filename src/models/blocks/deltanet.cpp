@@ -1,7 +1,7 @@
 #include "models/blocks/deltanet.h"
 
 #include "core/profile.h"
-#include "models/qwen35moe/state.h"
+#include "models/sequence_state.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/delta_rule.h"
@@ -40,7 +40,7 @@ void deltanet_block(const qwen35moe::Config& c, const qwen35moe::DeltaNetWeights
   dump("gate", layer, g, {n_rows, hv});
 
   for (const Segment& sg : segs) {
-    qwen35moe::LayerState& st = sg.state->layer(layer);
+    LayerState& st = sg.state->layer(layer);
     const int64_t n = sg.n_tokens;
     float* us = u + sg.row0 * conv_dim;
     ops::conv1d_causal_silu(qkv + sg.row0 * conv_dim, n, conv_dim, c.conv_kernel, w.conv.data(), st.conv.data(), us);

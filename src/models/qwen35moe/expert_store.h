@@ -28,11 +28,6 @@ struct ExpertMatrices {
   Linear gate, up, down;
 };
 
-struct ExpertCacheStats {
-  uint64_t hits = 0, misses = 0, bytes_read = 0;
-  double read_seconds = 0;  // time the forward waited on reads
-};
-
 class ExpertStore {
  public:
   // Mapped mode.

@@ -9,17 +9,12 @@
 #include "models/blocks/deltanet.h"
 #include "models/blocks/moe.h"
 #include "models/dump.h"
+#include "models/model.h"
 #include "models/qwen35moe/expert_store.h"
 #include "models/qwen35moe/state.h"
 #include "models/qwen35moe/weights.h"
 
 namespace tern::models::qwen35moe {
-
-struct SeqInput {
-  SequenceState* state = nullptr;
-  std::vector<int32_t> tokens;  // new tokens, appended at state->n_past()
-  bool all_logits = false;      // logits for every new token (teacher forcing) or only the last
-};
 
 class Forward {
  public:

@@ -237,8 +237,12 @@ RepackReport Model::repack(RepackScope scope) {
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
+  return load(std::make_unique<gguf::File>(gguf::File::open(path)));
+}
+
+std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file) {
   auto m = std::make_unique<Model>();
-  m->file = std::make_unique<gguf::File>(gguf::File::open(path));
+  m->file = std::move(file);
   m->config = Config::from_gguf(*m->file);
   m->weights = Weights::load(*m->file, m->config);
   return m;

@@ -9,6 +9,7 @@
 #include "core/mmap.h"
 #include "formats/gguf.h"
 #include "models/blocks/linear.h"
+#include "models/model.h"
 #include "models/qwen35moe/config.h"
 
 namespace tern::models::qwen35moe {
@@ -62,17 +63,6 @@ struct Weights {
   static Weights load(const gguf::File& f, const Config& c);  // throws Error naming the tensor
 };
 
-// Which matrices are repacked for the kernels at load (quant/repack.h): none, all but the routed experts
-// (they are streamed, and repacked as each is read into its cache slot), or all.
-enum class RepackScope { kNone, kDense, kAll };
-
-struct RepackReport {
-  int64_t matrices = 0;         // matrices repacked
-  uint64_t bytes = 0;           // their repacked bytes (anonymous memory)
-  uint64_t file_bytes = 0;      // the file bytes they replace, given back (not a tied LM head's: the lookup reads them)
-  std::vector<std::string> kept;  // matrices left in the file layout, with the reason
-};
-
 // Resident bytes of one GGUF tensor when the model is repacked (repack_experts: the routed experts too), from
 // the header alone: the memory planner's figure, computed by the same rules as Model::repack.
 bool tensor_repacked(const gguf::TensorInfo& t, const Config& c, bool repack, bool repack_experts);
@@ -89,6 +79,7 @@ struct Model {
   RepackScope repack_scope = RepackScope::kNone;
   std::vector<AnonBuffer> repacked;  // owns the repacked matrices the weights point into
   static std::unique_ptr<Model> load(const std::string& path);
+  static std::unique_ptr<Model> load(std::unique_ptr<gguf::File> file);
 
   // Repacks the matrices in `scope` into anonymous memory, points the weights at them and gives back the file
   // pages they came from. Once per model.

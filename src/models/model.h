@@ -1,0 +1,86 @@
+// The model interface: all that runtime/, serve/ and cli/ know of a model. An architecture is a folder under
+// models/ that implements ModelShape (what a GGUF's header says: geometry, state layout, memory figures; no
+// tensor data read) and Model (the loaded weights and their forward), plus one line in models/registry.cpp.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/gguf.h"
+#include "models/dump.h"
+#include "models/sequence_state.h"
+
+namespace tern::models {
+
+struct ModelInfo {
+  std::string arch;            // general.architecture
+  int64_t n_layer = 0;         // trunk layers (MTP blocks not counted)
+  int64_t n_embd = 0;
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;
+  int64_t n_expert = 0;        // routed experts per layer (0: dense FFN)
+  int64_t n_expert_used = 0;
+  std::string summary;         // one line for the load log, e.g. "8 layers (2 attention, 6 DeltaNet), 16 experts top-2"
+};
+
+// Resident weight bytes as the model would hold them (repacked or in the file's layout), from the header alone.
+struct WeightBytes {
+  uint64_t dense = 0;                  // read in full every token: embeddings, mixers, routers, shared experts, head
+  uint64_t experts = 0;                // all routed experts
+  std::vector<uint64_t> expert_bytes;  // [n_layer] one routed expert (all its matrices) of each layer
+  bool repacked = false;               // some matrices are held repacked (anonymous memory)
+};
+
+// Which matrices are repacked for the kernels at load (quant/repack.h): none, all but the routed experts
+// (they are streamed, and repacked as each is read into its cache slot), or all.
+enum class RepackScope { kNone, kDense, kAll };
+
+struct RepackReport {
+  int64_t matrices = 0;         // matrices repacked
+  uint64_t bytes = 0;           // their repacked bytes (anonymous memory)
+  uint64_t file_bytes = 0;      // the file bytes they replace, given back
+  std::vector<std::string> kept;  // matrices left in the file layout, with the reason
+};
+
+struct ExpertCacheStats {
+  uint64_t hits = 0, misses = 0, bytes_read = 0;
+  double read_seconds = 0;  // time the forward waited on reads
+};
+
+// One sequence's new tokens in a forward batch.
+struct SeqInput {
+  SequenceState* state = nullptr;
+  std::vector<int32_t> tokens;  // new tokens, appended at state->n_past()
+  bool all_logits = false;      // logits for every new token (teacher forcing) or only the last
+};
+
+class ModelShape {
+ public:
+  virtual ~ModelShape() = default;
+  virtual const gguf::File& file() const = 0;
+  virtual const ModelInfo& info() const = 0;
+  virtual StateShape state_shape() const = 0;
+  // Forward scratch and logits for batches of up to `rows` rows over `n_parallel` sequences, in bytes.
+  virtual uint64_t buffer_bytes(int64_t rows, int n_parallel) const = 0;
+  // Weight bytes, repacked or in the file's layout; `repack_experts` says whether routed experts are repacked.
+  virtual WeightBytes weight_bytes(bool repack, bool repack_experts) const = 0;
+};
+
+class Model : public ModelShape {
+ public:
+  // Repacks the matrices in `scope` into the kernels' layout and gives back the file pages they came from. Once,
+  // before start().
+  virtual RepackReport repack(RepackScope scope) = 0;
+  // Makes the model ready to run: named intermediates go to `dump`; expert_slots > 0 streams routed experts
+  // through a cache of that many per layer (0: read from the mapped file). Outputs are identical either way.
+  virtual void start(TensorDump dump, int64_t expert_slots) = 0;
+  // One forward over every sequence's new tokens; advances their states. Returns logits rows [n_out, n_vocab] in
+  // sequence order (all rows or the last row of each sequence). Throws Error (without touching any state) if a
+  // token id is out of range or a sequence would pass its context size.
+  virtual const std::vector<float>& forward(std::vector<SeqInput>& batch) = 0;
+  virtual bool experts_streamed() const = 0;
+  virtual int64_t expert_slots() const = 0;
+  virtual ExpertCacheStats expert_stats() const = 0;
+};
+
+}  // namespace tern::models

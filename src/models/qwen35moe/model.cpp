@@ -1,0 +1,98 @@
+#include "models/qwen35moe/model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+#include "core/error.h"
+#include "models/qwen35moe/state.h"
+
+namespace tern::models::qwen35moe {
+
+namespace {
+
+// Layer index of "blk.<i>.<rest>", or -1 for a tensor outside the blocks.
+int64_t block_of(std::string_view name) {
+  if (name.substr(0, 4) != "blk.") return -1;
+  int64_t i = 0;
+  size_t p = 4;
+  while (p < name.size() && std::isdigit(static_cast<unsigned char>(name[p]))) i = i * 10 + (name[p++] - '0');
+  return p > 4 ? i : -1;
+}
+
+}  // namespace
+
+ModelInfo model_info(const Config& c) {
+  ModelInfo i;
+  i.arch = c.arch;
+  i.n_layer = c.n_layer;
+  i.n_embd = c.n_embd;
+  i.n_vocab = c.n_vocab;
+  i.n_ctx_train = c.n_ctx_train;
+  i.n_expert = c.n_expert;
+  i.n_expert_used = c.n_expert_used;
+  char s[160];
+  std::snprintf(s, sizeof s, "%lld layers (%lld attention, %lld DeltaNet), %lld experts top-%lld",
+                static_cast<long long>(c.n_layer), static_cast<long long>(c.n_attention_layers()),
+                static_cast<long long>(c.n_deltanet_layers()), static_cast<long long>(c.n_expert),
+                static_cast<long long>(c.n_expert_used));
+  i.summary = s;
+  return i;
+}
+
+// Forward scratch per batch row (floats), mirroring the buffers Forward and the blocks grow: residual stream,
+// attention and DeltaNet projections, the router and routing weights, the MoE block's SwiGLU rows and down
+// outputs for every (token, expert) pair and the shared expert, the batch quantized in up to two formats and
+// down's quantized input (counted at 4 bytes an element, the f32 bound), and the kernels' activation scratch.
+uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
+  const int64_t D = c.n_embd, q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim;
+  const int64_t attn = 5 * q + 2 * kv;
+  const int64_t dn = 2 * c.conv_dim() + 2 * c.value_dim() + 2 * c.n_v_heads;
+  const int64_t jobs = c.n_expert_used + (c.n_ff_shexp > 0 ? 1 : 0);
+  const int64_t F = std::max(c.n_ff_exp, c.n_ff_shexp);
+  const int64_t moe = c.n_expert + 2 * c.n_expert_used + jobs * (D + 2 * F) + 2 * D + 1;
+  const int64_t per_row = 4 * D + attn + dn + moe;
+  const int64_t logits = c.n_vocab * n_parallel;
+  return static_cast<uint64_t>((per_row * rows + logits) * 4);
+}
+
+WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool repack_experts) {
+  WeightBytes w;
+  w.expert_bytes.assign(static_cast<size_t>(c.n_layer), 0);
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const int64_t il = block_of(t.name);
+    if (il >= c.n_layer) continue;  // MTP blocks: never loaded
+    w.repacked |= tensor_repacked(t, c, repack, repack_experts);
+    const uint64_t bytes = resident_tensor_bytes(t, c, repack, repack_experts);
+    if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
+      w.experts += bytes;
+      w.expert_bytes[static_cast<size_t>(il)] += bytes / static_cast<uint64_t>(c.n_expert);
+    } else {
+      w.dense += bytes;
+    }
+  }
+  w.dense += repack_extra_bytes(f, c, repack);
+  return w;
+}
+
+StateShape Shape::state_shape() const { return qwen35moe::state_shape(c_); }
+
+LoadedModel::LoadedModel(std::unique_ptr<gguf::File> file) : m_(qwen35moe::Model::load(std::move(file))), info_(model_info(m_->config)) {}
+
+StateShape LoadedModel::state_shape() const { return qwen35moe::state_shape(m_->config); }
+
+RepackReport LoadedModel::repack(RepackScope scope) {
+  if (fwd_) fail("internal: repack after start");
+  return m_->repack(scope);
+}
+
+void LoadedModel::start(TensorDump dump, int64_t expert_slots) {
+  fwd_ = std::make_unique<Forward>(*m_, std::move(dump), expert_slots);
+}
+
+const std::vector<float>& LoadedModel::forward(std::vector<SeqInput>& batch) {
+  if (!fwd_) fail("internal: forward before start");
+  return fwd_->run(batch);
+}
+
+}  // namespace tern::models::qwen35moe

@@ -1,0 +1,63 @@
+// Qwen3.5/3.6-MoE behind the model interface (models/model.h): Shape answers from the GGUF header, LoadedModel
+// holds the weights and the forward.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "models/model.h"
+#include "models/qwen35moe/config.h"
+#include "models/qwen35moe/forward.h"
+#include "models/qwen35moe/weights.h"
+
+namespace tern::models::qwen35moe {
+
+ModelInfo model_info(const Config& c);
+// Forward scratch per batch row, mirroring the buffers Forward and the blocks grow, plus the logits.
+uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel);
+WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool repack_experts);
+
+class Shape : public ModelShape {
+ public:
+  explicit Shape(const gguf::File& f) : f_(f), c_(Config::from_gguf(f)), info_(model_info(c_)) {}
+  const gguf::File& file() const override { return f_; }
+  const ModelInfo& info() const override { return info_; }
+  StateShape state_shape() const override;
+  uint64_t buffer_bytes(int64_t rows, int n_parallel) const override { return qwen35moe::buffer_bytes(c_, rows, n_parallel); }
+  WeightBytes weight_bytes(bool repack, bool repack_experts) const override {
+    return qwen35moe::weight_bytes(f_, c_, repack, repack_experts);
+  }
+
+ private:
+  const gguf::File& f_;
+  Config c_;
+  ModelInfo info_;
+};
+
+class LoadedModel : public models::Model {
+ public:
+  explicit LoadedModel(std::unique_ptr<gguf::File> file);
+  const qwen35moe::Model& weights() const { return *m_; }
+
+  const gguf::File& file() const override { return *m_->file; }
+  const ModelInfo& info() const override { return info_; }
+  StateShape state_shape() const override;
+  uint64_t buffer_bytes(int64_t rows, int n_parallel) const override {
+    return qwen35moe::buffer_bytes(m_->config, rows, n_parallel);
+  }
+  WeightBytes weight_bytes(bool repack, bool repack_experts) const override {
+    return qwen35moe::weight_bytes(*m_->file, m_->config, repack, repack_experts);
+  }
+  RepackReport repack(RepackScope scope) override;
+  void start(TensorDump dump, int64_t expert_slots) override;
+  const std::vector<float>& forward(std::vector<SeqInput>& batch) override;
+  bool experts_streamed() const override { return fwd_ && fwd_->experts().streamed(); }
+  int64_t expert_slots() const override { return fwd_ ? fwd_->experts().slots() : 0; }
+  ExpertCacheStats expert_stats() const override { return fwd_ ? fwd_->experts().stats() : ExpertCacheStats{}; }
+
+ private:
+  std::unique_ptr<qwen35moe::Model> m_;
+  ModelInfo info_;
+  std::unique_ptr<Forward> fwd_;
+};
+
+}  // namespace tern::models::qwen35moe
