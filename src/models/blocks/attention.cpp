@@ -10,7 +10,7 @@
 
 namespace tern::models {
 
-void attention_block(const qwen35moe::Config& c, const qwen35moe::AttentionWeights& w, int layer,
+void attention_block(const AttentionParams& c, const AttentionWeights& w, int layer,
                      const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
                      AttentionScratch& s, const TensorDump& dump) {
   const int64_t hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;

@@ -5,9 +5,24 @@
 
 #include "models/blocks/batch.h"
 #include "models/dump.h"
-#include "models/qwen35moe/weights.h"
+#include "models/blocks/linear.h"
 
 namespace tern::models {
+
+struct AttentionParams {
+  int64_t n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  int64_t n_rot = 0;                 // rotated dimensions of each head (partial RoPE)
+  float rope_freq_base = 10000.0f;
+  float rms_eps = 1e-6f;             // q/k norms
+};
+
+struct AttentionWeights {
+  Linear wq;               // {n_embd, 2 * n_head * head_dim}: per head head_dim query rows, then head_dim gate rows
+  Linear wk, wv;           // {n_embd, n_head_kv * head_dim}
+  Linear wo;               // {n_head * head_dim, n_embd}
+  std::vector<float> q_norm, k_norm;  // [head_dim], folded 1 + w
+};
+
 
 struct AttentionScratch {
   std::vector<float> qg, k, v, q, gate, out;
@@ -15,7 +30,7 @@ struct AttentionScratch {
 };
 
 // x, y: [n_rows, n_embd]; y is overwritten with the block output (before the residual add).
-void attention_block(const qwen35moe::Config& c, const qwen35moe::AttentionWeights& w, int layer,
+void attention_block(const AttentionParams& c, const AttentionWeights& w, int layer,
                      const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
                      AttentionScratch& s, const TensorDump& dump);
 

@@ -9,7 +9,7 @@
 
 namespace tern::models {
 
-void deltanet_block(const qwen35moe::Config& c, const qwen35moe::DeltaNetWeights& w, int layer,
+void deltanet_block(const DeltaNetParams& c, const DeltaNetWeights& w, int layer,
                     const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
                     DeltaNetScratch& s, const TensorDump& dump) {
   const int64_t conv_dim = c.conv_dim(), vdim = c.value_dim(), hv = c.n_v_heads;

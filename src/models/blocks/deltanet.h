@@ -6,15 +6,36 @@
 
 #include "models/blocks/batch.h"
 #include "models/dump.h"
-#include "models/qwen35moe/weights.h"
+#include "models/blocks/linear.h"
 
 namespace tern::models {
+
+struct DeltaNetParams {
+  int64_t n_embd = 0;
+  int64_t conv_kernel = 0;   // causal conv taps
+  int64_t head_k_dim = 0, n_k_heads = 0;
+  int64_t n_v_heads = 0, head_v_dim = 0;
+  float rms_eps = 1e-6f;     // q/k l2 norms and the gated output norm
+  int64_t conv_dim() const { return 2 * n_k_heads * head_k_dim + n_v_heads * head_v_dim; }
+  int64_t value_dim() const { return n_v_heads * head_v_dim; }
+};
+
+struct DeltaNetWeights {
+  Linear wqkv;             // {n_embd, conv_dim}: q | k | v (v heads in GGUF tiled order)
+  Linear wgate;            // {n_embd, value_dim}: z
+  Linear wbeta, walpha;    // {n_embd, n_v_heads}
+  Linear wout;             // {value_dim, n_embd}
+  std::vector<float> conv; // [conv_dim][conv_kernel] (GGUF ssm_conv1d ne = {kernel, conv_dim})
+  std::vector<float> dt_bias, a;  // [n_v_heads]; a = -exp(A_log)
+  std::vector<float> norm;        // [head_v_dim], plain (not 1 + w)
+};
+
 
 struct DeltaNetScratch {
   std::vector<float> qkv, u, z, beta, g, o;
 };
 
-void deltanet_block(const qwen35moe::Config& c, const qwen35moe::DeltaNetWeights& w, int layer,
+void deltanet_block(const DeltaNetParams& c, const DeltaNetWeights& w, int layer,
                     const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
                     DeltaNetScratch& s, const TensorDump& dump);
 

@@ -10,6 +10,13 @@
 
 namespace tern::models {
 
+Linear MoeWeights::expert_gate(int64_t e, int64_t n_ff) const {
+  return fused_gate_up ? gate_exps.rows(e * 2 * n_ff, n_ff) : gate_exps.rows(e * n_ff, n_ff);
+}
+Linear MoeWeights::expert_up(int64_t e, int64_t n_ff) const {
+  return fused_gate_up ? gate_exps.rows(e * 2 * n_ff + n_ff, n_ff) : up_exps.rows(e * n_ff, n_ff);
+}
+
 namespace {
 
 constexpr int64_t kRowChunk = 16;  // rows of one matrix per task (a multiple of the repacked 8-row groups)
@@ -94,7 +101,7 @@ void run_ffns(const std::vector<FfnJob>& jobs, const float* x, int64_t n_rows, i
 
 }  // namespace
 
-void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen35moe::ExpertStore& experts,
+void moe_block(const MoeParams& c, const MoeWeights& w, ExpertSource& experts,
                int layer, const float* x, int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump) {
   const int64_t E = c.n_expert, K = c.n_expert_used, D = c.n_embd;
   float* logits = grow(s.logits, n_rows * E);
@@ -136,7 +143,7 @@ void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen3
   for (size_t i = 0; i < s.order.size(); ++i) {
     const int32_t e = s.order[i];
     const auto& members = s.by_expert[e];
-    const qwen35moe::ExpertMatrices ex = experts.get(layer, e);
+    const ExpertMatrices ex = experts.get(layer, e);
     TERN_PROFILE_BYTES(prof_exps, ex.gate.bytes() + ex.up.bytes() + ex.down.bytes());
     FfnJob j{ex.gate, ex.up, ex.down, s.tokens.data() + row, static_cast<int64_t>(members.size()), row, row};
     for (size_t r = 0; r < members.size(); ++r) {

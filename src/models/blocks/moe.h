@@ -8,10 +8,48 @@
 
 #include "models/blocks/batch.h"
 #include "models/dump.h"
-#include "models/qwen35moe/expert_store.h"
-#include "models/qwen35moe/weights.h"
+#include "models/blocks/linear.h"
 
 namespace tern::models {
+
+struct MoeParams {
+  int64_t n_embd = 0;
+  int64_t n_expert = 0, n_expert_used = 0;  // softmax over n_expert router logits, top n_expert_used renormalised
+  int64_t n_ff_exp = 0;
+  int64_t n_ff_shexp = 0;                   // shared expert width (0: none)
+};
+
+struct MoeWeights {
+  Linear router;                  // {n_embd, n_expert}
+  Linear gate_exps, up_exps;      // {n_embd, n_ff_exp, n_expert} as n_expert * n_ff_exp rows
+  Linear down_exps;               // {n_ff_exp, n_embd, n_expert} as n_expert * n_embd rows
+  bool fused_gate_up = false;     // gate_exps holds {n_embd, 2 * n_ff_exp, n_expert} (gate rows then up rows)
+  Linear gate_shexp, up_shexp;    // {n_embd, n_ff_shexp}; absent when n_ff_shexp == 0
+  Linear down_shexp;              // {n_ff_shexp, n_embd}
+  Linear shexp_gate;              // {n_embd} -> 1 output
+  Linear expert_gate(int64_t e, int64_t n_ff) const;
+  Linear expert_up(int64_t e, int64_t n_ff) const;
+  Linear expert_down(int64_t e, int64_t n_embd) const { return down_exps.rows(e * n_embd, n_embd); }
+};
+
+struct ExpertMatrices {
+  Linear gate, up, down;
+};
+
+// Where a routed expert's matrices come from: views into the mapped file, or a cache that streams them.
+class ExpertSource {
+ public:
+  virtual ~ExpertSource() = default;
+  virtual bool streamed() const = 0;
+  // Expert e of layer il; when streamed, valid until the next get() for the same layer.
+  virtual ExpertMatrices get(int il, int64_t e) = 0;
+  // Whether get(il, e) would be served without a new read (always true when mapped).
+  virtual bool resident(int il, int64_t e) const = 0;
+  // Starts reading experts[0..n) of layer il in the background while free slots last, never evicting the
+  // `keep` experts this step still needs. No-op when mapped.
+  virtual void prefetch(int il, const int32_t* experts, int64_t n, const int32_t* keep, int64_t n_keep) = 0;
+};
+
 
 struct MoeScratch {
   std::vector<float> logits, weights, h, out, sgate;  // h: SwiGLU rows of every job; out: their down rows
@@ -25,7 +63,7 @@ struct MoeScratch {
 
 // Routed experts come from `experts` (mapped or streamed); those already resident run first, so a streamed
 // cache never evicts an expert this step still needs before it has run.
-void moe_block(const qwen35moe::Config& c, const qwen35moe::MoeWeights& w, qwen35moe::ExpertStore& experts,
+void moe_block(const MoeParams& c, const MoeWeights& w, ExpertSource& experts,
                int layer, const float* x, int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump);
 
 }  // namespace tern::models

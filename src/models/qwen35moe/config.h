@@ -5,6 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "models/blocks/attention.h"
+#include "models/blocks/deltanet.h"
+#include "models/blocks/moe.h"
+
 namespace tern::gguf {
 class File;
 }
@@ -41,6 +45,13 @@ struct Config {
   std::vector<LayerKind> layer_kind;  // [n_layer]
   int64_t n_attention_layers() const;
   int64_t n_deltanet_layers() const { return n_layer - n_attention_layers(); }
+
+  // The blocks' parameters (models/blocks/): they know nothing of this model.
+  AttentionParams attention() const {
+    return {n_embd, n_head, n_head_kv, head_dim, n_rot, rope_freq_base, rms_eps};
+  }
+  DeltaNetParams deltanet() const { return {n_embd, conv_kernel, head_k_dim, n_k_heads, n_v_heads, head_v_dim, rms_eps}; }
+  MoeParams moe() const { return {n_embd, n_expert, n_expert_used, n_ff_exp, n_ff_shexp}; }
 
   static Config from_gguf(const gguf::File& f);  // throws Error naming the file and key
 };

@@ -24,11 +24,7 @@
 
 namespace tern::models::qwen35moe {
 
-struct ExpertMatrices {
-  Linear gate, up, down;
-};
-
-class ExpertStore {
+class ExpertStore : public ExpertSource {
  public:
   // Mapped mode.
   explicit ExpertStore(const Model& model);
@@ -39,15 +35,15 @@ class ExpertStore {
   ExpertStore(const ExpertStore&) = delete;
   ExpertStore& operator=(const ExpertStore&) = delete;
 
-  bool streamed() const { return fd_ >= 0; }
+  bool streamed() const override { return fd_ >= 0; }
   int64_t slots() const { return slots_; }
   // Expert e of layer il; in streamed mode valid until the next get() for the same layer.
-  ExpertMatrices get(int il, int64_t e);
+  ExpertMatrices get(int il, int64_t e) override;
   // Whether get(il, e) would be served without a new read (always true when mapped).
-  bool resident(int il, int64_t e) const { return !streamed() || layers_[il].slot_of[e] >= 0; }
+  bool resident(int il, int64_t e) const override { return !streamed() || layers_[il].slot_of[e] >= 0; }
   // Starts reading experts[0..n) of layer il in the background, in order, while free slots last; `keep`
   // lists the resident experts this step still needs (never evicted for it). No-op when mapped.
-  void prefetch(int il, const int32_t* experts, int64_t n, const int32_t* keep, int64_t n_keep);
+  void prefetch(int il, const int32_t* experts, int64_t n, const int32_t* keep, int64_t n_keep) override;
   const ExpertCacheStats& stats() const { return stats_; }
 
   // Bytes of one expert (gate + up + down) in each layer as a slot holds it (repacked when the model is), and of

@@ -13,6 +13,9 @@ namespace tern::models::qwen35moe {
 Forward::Forward(const Model& model, TensorDump dump, int64_t expert_slots)
     : model_(model),
       c_(model.config),
+      attn_params_(c_.attention()),
+      dn_params_(c_.deltanet()),
+      moe_params_(c_.moe()),
       dump_(std::move(dump)),
       experts_(expert_slots > 0 ? std::make_unique<ExpertStore>(model, expert_slots)
                                 : std::make_unique<ExpertStore>(model)) {}
@@ -34,14 +37,14 @@ void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
 
   ops::rms_norm(x, w.attn_norm.data(), cur, n_rows, D, c_.rms_eps);
   dump_("attn_norm", il, cur, {n_rows, D});
-  if (w.kind == LayerKind::kAttention) attention_block(c_, w.attn, il, segs, cur, n_rows, mix, attn_, dump_);
-  else deltanet_block(c_, w.dn, il, segs, cur, n_rows, mix, dn_, dump_);
+  if (w.kind == LayerKind::kAttention) attention_block(attn_params_, w.attn, il, segs, cur, n_rows, mix, attn_, dump_);
+  else deltanet_block(dn_params_, w.dn, il, segs, cur, n_rows, mix, dn_, dump_);
   add_rows(x, mix, n_rows, D);
   dump_("attn_residual", il, x, {n_rows, D});
 
   ops::rms_norm(x, w.post_norm.data(), cur, n_rows, D, c_.rms_eps);
   dump_("attn_post_norm", il, cur, {n_rows, D});
-  moe_block(c_, w.moe, *experts_, il, cur, n_rows, mix, moe_, dump_);
+  moe_block(moe_params_, w.moe, *experts_, il, cur, n_rows, mix, moe_, dump_);
   add_rows(x, mix, n_rows, D);
   dump_("l_out", il, x, {n_rows, D});
 }

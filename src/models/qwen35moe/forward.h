@@ -33,6 +33,9 @@ class Forward {
 
   const Model& model_;
   const Config& c_;
+  const AttentionParams attn_params_;
+  const DeltaNetParams dn_params_;
+  const MoeParams moe_params_;
   TensorDump dump_;
   std::unique_ptr<ExpertStore> experts_;
   std::vector<float> x_, cur_, mix_, out_rows_, logits_;

@@ -123,13 +123,6 @@ void load_moe(Loader& L, const Config& c, int64_t i, MoeWeights& m) {
 
 }  // namespace
 
-Linear MoeWeights::expert_gate(int64_t e, int64_t n_ff) const {
-  return fused_gate_up ? gate_exps.rows(e * 2 * n_ff, n_ff) : gate_exps.rows(e * n_ff, n_ff);
-}
-Linear MoeWeights::expert_up(int64_t e, int64_t n_ff) const {
-  return fused_gate_up ? gate_exps.rows(e * 2 * n_ff + n_ff, n_ff) : up_exps.rows(e * n_ff, n_ff);
-}
-
 Weights Weights::load(const gguf::File& f, const Config& c) {
   Loader L(f);
   Weights w;

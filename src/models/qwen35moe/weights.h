@@ -8,41 +8,14 @@
 
 #include "core/mmap.h"
 #include "formats/gguf.h"
+#include "models/blocks/attention.h"
+#include "models/blocks/deltanet.h"
 #include "models/blocks/linear.h"
+#include "models/blocks/moe.h"
 #include "models/model.h"
 #include "models/qwen35moe/config.h"
 
 namespace tern::models::qwen35moe {
-
-struct AttentionWeights {
-  Linear wq;               // {n_embd, 2 * n_head * head_dim}: per head head_dim query rows, then head_dim gate rows
-  Linear wk, wv;           // {n_embd, n_head_kv * head_dim}
-  Linear wo;               // {n_head * head_dim, n_embd}
-  std::vector<float> q_norm, k_norm;  // [head_dim], folded 1 + w
-};
-
-struct DeltaNetWeights {
-  Linear wqkv;             // {n_embd, conv_dim}: q | k | v (v heads in GGUF tiled order)
-  Linear wgate;            // {n_embd, value_dim}: z
-  Linear wbeta, walpha;    // {n_embd, n_v_heads}
-  Linear wout;             // {value_dim, n_embd}
-  std::vector<float> conv; // [conv_dim][conv_kernel] (GGUF ssm_conv1d ne = {kernel, conv_dim})
-  std::vector<float> dt_bias, a;  // [n_v_heads]; a = -exp(A_log)
-  std::vector<float> norm;        // [head_v_dim], plain (not 1 + w)
-};
-
-struct MoeWeights {
-  Linear router;                  // {n_embd, n_expert}
-  Linear gate_exps, up_exps;      // {n_embd, n_ff_exp, n_expert} as n_expert * n_ff_exp rows
-  Linear down_exps;               // {n_ff_exp, n_embd, n_expert} as n_expert * n_embd rows
-  bool fused_gate_up = false;     // gate_exps holds {n_embd, 2 * n_ff_exp, n_expert} (gate rows then up rows)
-  Linear gate_shexp, up_shexp;    // {n_embd, n_ff_shexp}; absent when n_ff_shexp == 0
-  Linear down_shexp;              // {n_ff_shexp, n_embd}
-  Linear shexp_gate;              // {n_embd} -> 1 output
-  Linear expert_gate(int64_t e, int64_t n_ff) const;
-  Linear expert_up(int64_t e, int64_t n_ff) const;
-  Linear expert_down(int64_t e, int64_t n_embd) const { return down_exps.rows(e * n_embd, n_embd); }
-};
 
 struct LayerWeights {
   LayerKind kind = LayerKind::kDeltaNet;
