@@ -1,11 +1,9 @@
 // Geometry summary of a GGUF model. Key names follow gguf-py's constants (Keys.LLM / Keys.Attention / Keys.SSM);
-// the hybrid layer rule follows llama.cpp's qwen35moe loader: `<arch>.attention.recurrent_layers` (bool per
-// layer) when present, else layer i is full attention iff (i + 1) % `<arch>.full_attention_interval` == 0
-// (default 4); the last `<arch>.nextn_predict_layers` blocks are MTP blocks.
+// the hybrid layer rule is formats/hybrid_layers.h's (read_hybrid_layers); the last
+// `<arch>.nextn_predict_layers` blocks are MTP blocks.
 #include "formats/model_summary.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cinttypes>
 
 #include "core/error.h"
@@ -13,21 +11,12 @@
 
 namespace tern::gguf {
 
-const char* layer_kind_name(LayerKind k) {
-  switch (k) {
-    case LayerKind::kAttention: return "attention";
-    case LayerKind::kRecurrent: return "recurrent";
-    case LayerKind::kNextN: return "nextn";
-  }
-  return "?";
-}
-
 bool is_hybrid_architecture(const std::string& arch) {
   return arch == "qwen35moe" || arch == "qwen35" || arch == "qwen3next";
 }
 
 bool is_routed_expert_tensor(std::string_view name) {
-  return name.substr(0, 4) == "blk." && name.find("_exps.") != std::string_view::npos;
+  return block_index(name) >= 0 && name.find("_exps.") != std::string_view::npos;
 }
 
 namespace {
@@ -48,17 +37,6 @@ std::optional<uint32_t> u32_or_array_max(const File& f, const std::string& key) 
     fail("%s: %s", f.name().c_str(), e.what());
   }
   return static_cast<uint32_t>(m);
-}
-
-// Layer index of a `blk.N.` tensor name, if it is one.
-std::optional<uint32_t> block_index(std::string_view name) {
-  if (name.substr(0, 4) != "blk.") return std::nullopt;
-  uint32_t n = 0;
-  const char* b = name.data() + 4;
-  const char* e = name.data() + name.size();
-  auto [p, ec] = std::from_chars(b, e, n);
-  if (ec != std::errc() || p == b || p == e || *p != '.') return std::nullopt;
-  return n;
 }
 
 void read_geometry(const File& f, ModelSummary& s) {
@@ -102,33 +80,12 @@ void read_geometry(const File& f, ModelSummary& s) {
 
 void read_layer_kinds(const File& f, ModelSummary& s) {
   const std::string a = s.architecture + ".";
-  const Value* rec = f.find(a + "attention.recurrent_layers");
-  const Value* interval_v = f.find(a + "full_attention_interval");
-  if (!rec && !interval_v && !is_hybrid_architecture(s.architecture)) return;
-  if (s.n_layer > kMaxLayers) return;  // refused in read_geometry; never size a table by it
-  const uint32_t n_main = s.n_layer - s.n_layer_nextn;
-  s.layer_kinds.assign(s.n_layer, LayerKind::kNextN);
-  if (rec && !rec->is_array()) {  // a scalar applies to every main layer (llama.cpp get_key_or_arr)
-    const bool r = f.get_bool(a + "attention.recurrent_layers");
-    for (uint32_t i = 0; i < n_main; ++i) s.layer_kinds[i] = r ? LayerKind::kRecurrent : LayerKind::kAttention;
-    s.layer_rule = a + "attention.recurrent_layers (one value for all layers)";
+  if (!f.find(a + "attention.recurrent_layers") && !f.find(a + "full_attention_interval") &&
+      !is_hybrid_architecture(s.architecture))
     return;
-  }
-  if (rec) {
-    if (rec->array_size() < n_main)
-      fail("%s: key '%s': expected a bool array of at least %u layers, found %s", f.name().c_str(),
-           printable(rec->key()).c_str(), n_main, rec->describe().c_str());
-    for (uint32_t i = 0; i < n_main; ++i)
-      s.layer_kinds[i] = rec->array_i64(i) ? LayerKind::kRecurrent : LayerKind::kAttention;
-    s.layer_rule = a + "attention.recurrent_layers";
-    return;
-  }
-  const uint32_t interval = interval_v ? f.get_u32(a + "full_attention_interval") : 4;
-  if (interval == 0) fail("%s: key '%sfull_attention_interval': must be > 0", f.name().c_str(), a.c_str());
-  for (uint32_t i = 0; i < n_main; ++i)
-    s.layer_kinds[i] = (i + 1) % interval == 0 ? LayerKind::kAttention : LayerKind::kRecurrent;
-  s.layer_rule = strf("full attention every %u layers (%s)", interval,
-                      interval_v ? "full_attention_interval" : "default, no full_attention_interval key");
+  HybridLayers h = read_hybrid_layers(f, s.architecture, int64_t{s.n_layer} - s.n_layer_nextn, s.n_layer_nextn);
+  s.layer_kinds = std::move(h.kinds);
+  s.layer_rule = std::move(h.rule);
 }
 
 uint64_t scale(uint64_t x, uint64_t num, uint64_t den) {
@@ -141,18 +98,17 @@ uint64_t scale(uint64_t x, uint64_t num, uint64_t den) {
 void read_tensor_stats(const File& f, ModelSummary& s) {
   const bool tied = f.find_tensor("output.weight") == nullptr;
   const bool moe = s.n_expert > 0 && s.n_expert_used > 0;
-  uint32_t max_blk = 0;
-  bool any_blk = false;
+  int64_t max_blk = -1;
   for (const TensorInfo& t : f.tensors()) {
     const uint64_t params = static_cast<uint64_t>(t.n_elements);
     TypeStats& ts = s.by_type[quant::type_name(t.type)];
     ++ts.count, ts.bytes += t.n_bytes, ts.params += params;
     ++s.n_tensors, s.tensor_bytes += t.n_bytes, s.n_params += params;
-    const auto blk = block_index(t.name);
-    if (blk) any_blk = true, max_blk = std::max(max_blk, *blk);
+    const int64_t blk = block_index(t.name);
+    max_blk = std::max(max_blk, blk);
     const bool expert = moe && is_routed_expert_tensor(t.name);
     s.n_params_active += expert ? scale(params, s.n_expert_used, s.n_expert) : params;
-    const bool nextn = blk && s.n_layer_nextn > 0 && *blk >= s.n_layer - s.n_layer_nextn;
+    const bool nextn = blk >= 0 && s.n_layer_nextn > 0 && blk >= int64_t{s.n_layer} - s.n_layer_nextn;
     if (nextn) continue;
     if (expert) {
       s.bytes_per_token += scale(t.n_bytes, s.n_expert_used, s.n_expert);
@@ -163,7 +119,7 @@ void read_tensor_stats(const File& f, ModelSummary& s) {
       s.bytes_per_token += t.n_bytes;
     }
   }
-  if (s.n_layer == 0 && any_blk && max_blk < kMaxLayers) s.n_layer = max_blk + 1;
+  if (s.n_layer == 0 && max_blk >= 0 && max_blk < int64_t{kMaxLayers}) s.n_layer = static_cast<uint32_t>(max_blk + 1);
 }
 
 }  // namespace

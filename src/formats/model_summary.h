@@ -1,7 +1,7 @@
 // Model geometry and weight statistics read from a GGUF's metadata and tensor table, for `tern info` and the
 // memory planner. Works for any architecture: the `<arch>.*` keys are read when present; hybrid layer kinds
-// (attention vs recurrent) follow llama.cpp's qwen35/qwen35moe/qwen3next rule. Non-goal: validating that a
-// model is loadable (models/<family>/config does that).
+// (attention vs recurrent) follow llama.cpp's qwen35/qwen35moe/qwen3next rule (formats/hybrid_layers.h).
+// Non-goal: validating that a model is loadable (models/<family>/config does that).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -11,13 +11,9 @@
 #include <vector>
 
 #include "formats/gguf.h"
+#include "formats/hybrid_layers.h"  // LayerKind, layer_kind_name, kMaxLayers
 
 namespace tern::gguf {
-
-constexpr uint32_t kMaxLayers = 1u << 16;  // block_count above this is refused (per-layer tables are sized by it)
-
-enum class LayerKind { kAttention, kRecurrent, kNextN };  // kNextN: MTP (next-token prediction) block
-const char* layer_kind_name(LayerKind k);
 
 struct TypeStats {
   uint64_t count = 0, bytes = 0, params = 0;
