@@ -18,53 +18,53 @@ enum Shape : int {
   kShQkv, kShZ, kShHvH, kShConv, kShHv, kShDv, kShOut, kShFc,
 };
 
-using K = LayerKind;
+using S = TensorScope;
 using X = Xform;
 using R = Reorder;
 
 // Text-model names (after `model.language_model.` / `model.`), MTP head names (after `mtp.`), and lm_head.
 const std::vector<Rule> kRules = {
-    {"lm_head.weight", "output.weight", K::kGlobal, X::kNone, R::kNone, kShVH},
-    {"embed_tokens.weight", "token_embd.weight", K::kGlobal, X::kNone, R::kNone, kShVH},
-    {"norm.weight", "output_norm.weight", K::kGlobal, X::kNormPlusOne, R::kNone, kShH},
-    {"layers.{L}.input_layernorm.weight", "blk.{L}.attn_norm.weight", K::kAny, X::kNormPlusOne, R::kNone, kShH},
-    {"layers.{L}.post_attention_layernorm.weight", "blk.{L}.post_attention_norm.weight", K::kAny, X::kNormPlusOne,
+    {"lm_head.weight", "output.weight", S::kGlobal, X::kNone, R::kNone, kShVH},
+    {"embed_tokens.weight", "token_embd.weight", S::kGlobal, X::kNone, R::kNone, kShVH},
+    {"norm.weight", "output_norm.weight", S::kGlobal, X::kNormPlusOne, R::kNone, kShH},
+    {"layers.{L}.input_layernorm.weight", "blk.{L}.attn_norm.weight", S::kAny, X::kNormPlusOne, R::kNone, kShH},
+    {"layers.{L}.post_attention_layernorm.weight", "blk.{L}.post_attention_norm.weight", S::kAny, X::kNormPlusOne,
      R::kNone, kShH},
-    {"layers.{L}.mlp.gate.weight", "blk.{L}.ffn_gate_inp.weight", K::kAny, X::kNone, R::kNone, kShEH},
-    {"layers.{L}.mlp.experts.gate_up_proj", "blk.{L}.ffn_gate_exps.weight", K::kAny, X::kNone, R::kNone, kShE2FH},
-    {"layers.{L}.mlp.experts.gate_up_proj.weight", "blk.{L}.ffn_gate_exps.weight", K::kAny, X::kNone, R::kNone,
+    {"layers.{L}.mlp.gate.weight", "blk.{L}.ffn_gate_inp.weight", S::kAny, X::kNone, R::kNone, kShEH},
+    {"layers.{L}.mlp.experts.gate_up_proj", "blk.{L}.ffn_gate_exps.weight", S::kAny, X::kNone, R::kNone, kShE2FH},
+    {"layers.{L}.mlp.experts.gate_up_proj.weight", "blk.{L}.ffn_gate_exps.weight", S::kAny, X::kNone, R::kNone,
      kShE2FH},
-    {"layers.{L}.mlp.experts.down_proj", "blk.{L}.ffn_down_exps.weight", K::kAny, X::kNone, R::kNone, kShEHF},
-    {"layers.{L}.mlp.experts.down_proj.weight", "blk.{L}.ffn_down_exps.weight", K::kAny, X::kNone, R::kNone, kShEHF},
-    {"layers.{L}.mlp.experts.{E}.gate_proj.weight", "blk.{L}.ffn_gate_exps.weight", K::kAny, X::kNone, R::kNone, kShFH},
-    {"layers.{L}.mlp.experts.{E}.up_proj.weight", "blk.{L}.ffn_up_exps.weight", K::kAny, X::kNone, R::kNone, kShFH},
-    {"layers.{L}.mlp.experts.{E}.down_proj.weight", "blk.{L}.ffn_down_exps.weight", K::kAny, X::kNone, R::kNone, kShHF},
-    {"layers.{L}.mlp.shared_expert.gate_proj.weight", "blk.{L}.ffn_gate_shexp.weight", K::kAny, X::kNone, R::kNone, kShFsH},
-    {"layers.{L}.mlp.shared_expert.up_proj.weight", "blk.{L}.ffn_up_shexp.weight", K::kAny, X::kNone, R::kNone, kShFsH},
-    {"layers.{L}.mlp.shared_expert.down_proj.weight", "blk.{L}.ffn_down_shexp.weight", K::kAny, X::kNone, R::kNone, kShHFs},
-    {"layers.{L}.mlp.shared_expert_gate.weight", "blk.{L}.ffn_gate_inp_shexp.weight", K::kAny, X::kNone, R::kNone, kSh1H},
+    {"layers.{L}.mlp.experts.down_proj", "blk.{L}.ffn_down_exps.weight", S::kAny, X::kNone, R::kNone, kShEHF},
+    {"layers.{L}.mlp.experts.down_proj.weight", "blk.{L}.ffn_down_exps.weight", S::kAny, X::kNone, R::kNone, kShEHF},
+    {"layers.{L}.mlp.experts.{E}.gate_proj.weight", "blk.{L}.ffn_gate_exps.weight", S::kAny, X::kNone, R::kNone, kShFH},
+    {"layers.{L}.mlp.experts.{E}.up_proj.weight", "blk.{L}.ffn_up_exps.weight", S::kAny, X::kNone, R::kNone, kShFH},
+    {"layers.{L}.mlp.experts.{E}.down_proj.weight", "blk.{L}.ffn_down_exps.weight", S::kAny, X::kNone, R::kNone, kShHF},
+    {"layers.{L}.mlp.shared_expert.gate_proj.weight", "blk.{L}.ffn_gate_shexp.weight", S::kAny, X::kNone, R::kNone, kShFsH},
+    {"layers.{L}.mlp.shared_expert.up_proj.weight", "blk.{L}.ffn_up_shexp.weight", S::kAny, X::kNone, R::kNone, kShFsH},
+    {"layers.{L}.mlp.shared_expert.down_proj.weight", "blk.{L}.ffn_down_shexp.weight", S::kAny, X::kNone, R::kNone, kShHFs},
+    {"layers.{L}.mlp.shared_expert_gate.weight", "blk.{L}.ffn_gate_inp_shexp.weight", S::kAny, X::kNone, R::kNone, kSh1H},
     // Full attention: q_proj keeps its per-head interleaved [query | gate] rows.
-    {"layers.{L}.self_attn.q_proj.weight", "blk.{L}.attn_q.weight", K::kFull, X::kNone, R::kNone, kShQ},
-    {"layers.{L}.self_attn.k_proj.weight", "blk.{L}.attn_k.weight", K::kFull, X::kNone, R::kNone, kShKV},
-    {"layers.{L}.self_attn.v_proj.weight", "blk.{L}.attn_v.weight", K::kFull, X::kNone, R::kNone, kShKV},
-    {"layers.{L}.self_attn.o_proj.weight", "blk.{L}.attn_output.weight", K::kFull, X::kNone, R::kNone, kShO},
-    {"layers.{L}.self_attn.q_norm.weight", "blk.{L}.attn_q_norm.weight", K::kFull, X::kNormPlusOne, R::kNone, kShHd},
-    {"layers.{L}.self_attn.k_norm.weight", "blk.{L}.attn_k_norm.weight", K::kFull, X::kNormPlusOne, R::kNone, kShHd},
+    {"layers.{L}.self_attn.q_proj.weight", "blk.{L}.attn_q.weight", S::kFull, X::kNone, R::kNone, kShQ},
+    {"layers.{L}.self_attn.k_proj.weight", "blk.{L}.attn_k.weight", S::kFull, X::kNone, R::kNone, kShKV},
+    {"layers.{L}.self_attn.v_proj.weight", "blk.{L}.attn_v.weight", S::kFull, X::kNone, R::kNone, kShKV},
+    {"layers.{L}.self_attn.o_proj.weight", "blk.{L}.attn_output.weight", S::kFull, X::kNone, R::kNone, kShO},
+    {"layers.{L}.self_attn.q_norm.weight", "blk.{L}.attn_q_norm.weight", S::kFull, X::kNormPlusOne, R::kNone, kShHd},
+    {"layers.{L}.self_attn.k_norm.weight", "blk.{L}.attn_k_norm.weight", S::kFull, X::kNormPlusOne, R::kNone, kShHd},
     // Gated DeltaNet.
-    {"layers.{L}.linear_attn.in_proj_qkv.weight", "blk.{L}.attn_qkv.weight", K::kLinear, X::kNone, R::kQkvRows, kShQkv},
-    {"layers.{L}.linear_attn.in_proj_z.weight", "blk.{L}.attn_gate.weight", K::kLinear, X::kNone, R::kRows, kShZ},
-    {"layers.{L}.linear_attn.in_proj_b.weight", "blk.{L}.ssm_beta.weight", K::kLinear, X::kNone, R::kRowsHead1, kShHvH},
-    {"layers.{L}.linear_attn.in_proj_a.weight", "blk.{L}.ssm_alpha.weight", K::kLinear, X::kNone, R::kRowsHead1, kShHvH},
-    {"layers.{L}.linear_attn.conv1d.weight", "blk.{L}.ssm_conv1d.weight", K::kLinear, X::kNone, R::kConvRows, kShConv},
-    {"layers.{L}.linear_attn.dt_bias", "blk.{L}.ssm_dt.bias", K::kLinear, X::kNone, R::kVec, kShHv},
-    {"layers.{L}.linear_attn.A_log", "blk.{L}.ssm_a", K::kLinear, X::kNegExp, R::kVec, kShHv},
-    {"layers.{L}.linear_attn.norm.weight", "blk.{L}.ssm_norm.weight", K::kLinear, X::kNone, R::kNone, kShDv},
-    {"layers.{L}.linear_attn.out_proj.weight", "blk.{L}.ssm_out.weight", K::kLinear, X::kNone, R::kCols, kShOut},
+    {"layers.{L}.linear_attn.in_proj_qkv.weight", "blk.{L}.attn_qkv.weight", S::kLinear, X::kNone, R::kQkvRows, kShQkv},
+    {"layers.{L}.linear_attn.in_proj_z.weight", "blk.{L}.attn_gate.weight", S::kLinear, X::kNone, R::kRows, kShZ},
+    {"layers.{L}.linear_attn.in_proj_b.weight", "blk.{L}.ssm_beta.weight", S::kLinear, X::kNone, R::kRowsHead1, kShHvH},
+    {"layers.{L}.linear_attn.in_proj_a.weight", "blk.{L}.ssm_alpha.weight", S::kLinear, X::kNone, R::kRowsHead1, kShHvH},
+    {"layers.{L}.linear_attn.conv1d.weight", "blk.{L}.ssm_conv1d.weight", S::kLinear, X::kNone, R::kConvRows, kShConv},
+    {"layers.{L}.linear_attn.dt_bias", "blk.{L}.ssm_dt.bias", S::kLinear, X::kNone, R::kVec, kShHv},
+    {"layers.{L}.linear_attn.A_log", "blk.{L}.ssm_a", S::kLinear, X::kNegExp, R::kVec, kShHv},
+    {"layers.{L}.linear_attn.norm.weight", "blk.{L}.ssm_norm.weight", S::kLinear, X::kNone, R::kNone, kShDv},
+    {"layers.{L}.linear_attn.out_proj.weight", "blk.{L}.ssm_out.weight", S::kLinear, X::kNone, R::kCols, kShOut},
     // MTP head (names after `mtp.`); its layers reuse the layer rules at block n_layer + j.
-    {"fc.weight", "blk.{N}.nextn.eh_proj.weight", K::kMtpHead, X::kNone, R::kNone, kShFc},
-    {"pre_fc_norm_embedding.weight", "blk.{N}.nextn.enorm.weight", K::kMtpHead, X::kNormPlusOne, R::kNone, kShH},
-    {"pre_fc_norm_hidden.weight", "blk.{N}.nextn.hnorm.weight", K::kMtpHead, X::kNormPlusOne, R::kNone, kShH},
-    {"norm.weight", "blk.{N}.nextn.shared_head_norm.weight", K::kMtpHead, X::kNormPlusOne, R::kNone, kShH},
+    {"fc.weight", "blk.{N}.nextn.eh_proj.weight", S::kMtpHead, X::kNone, R::kNone, kShFc},
+    {"pre_fc_norm_embedding.weight", "blk.{N}.nextn.enorm.weight", S::kMtpHead, X::kNormPlusOne, R::kNone, kShH},
+    {"pre_fc_norm_hidden.weight", "blk.{N}.nextn.hnorm.weight", S::kMtpHead, X::kNormPlusOne, R::kNone, kShH},
+    {"norm.weight", "blk.{N}.nextn.shared_head_norm.weight", S::kMtpHead, X::kNormPlusOne, R::kNone, kShH},
 };
 
 bool parse_index(const std::string& s, size_t& i, int64_t& out) {
@@ -154,8 +154,8 @@ Classified classify(const std::string& full, const HParams& hp, bool keep_mtp) {
     if (!keep_mtp) return c;
   }
   for (const Rule& r : kRules) {
-    if ((r.kind == K::kMtpHead) != (mtp && !starts_with(name, "layers."))) continue;
-    if (r.kind == K::kGlobal && (mtp || (std::string(r.hf) == "lm_head.weight") != (full == "lm_head.weight")))
+    if ((r.scope == S::kMtpHead) != (mtp && !starts_with(name, "layers."))) continue;
+    if (r.scope == S::kGlobal && (mtp || (std::string(r.hf) == "lm_head.weight") != (full == "lm_head.weight")))
       continue;
     int64_t L = -1, E = -1;
     if (!match(r.hf, name, L, E)) continue;
@@ -170,7 +170,7 @@ Classified classify(const std::string& full, const HParams& hp, bool keep_mtp) {
     }
     c.layer = L;
     const bool recurrent = L >= 0 && L < hp.n_layer && hp.recurrent[static_cast<size_t>(L)];
-    if ((r.kind == K::kLinear && !recurrent) || (r.kind == K::kFull && recurrent && !mtp)) {
+    if ((r.scope == S::kLinear && !recurrent) || (r.scope == S::kFull && recurrent && !mtp)) {
       c.cls = TensorClass::kUnknown;
       c.why = recurrent ? "attention tensor in a linear-attention layer" : "linear-attention tensor in a full-attention layer";
       return c;

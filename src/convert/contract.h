@@ -31,7 +31,10 @@ enum class Reorder : uint8_t {
   kCols,      // out_proj columns, head dim dv
 };
 
-enum class LayerKind : uint8_t { kGlobal, kAny, kLinear, kFull, kMtpHead };
+// Which tensors a rule applies to: outside the blocks (kGlobal), in any block (kAny), only in linear-attention
+// (kLinear) or full-attention (kFull) layers, or the MTP head's own tensors (kMtpHead). Not a layer kind: those
+// are gguf::LayerKind (formats/hybrid_layers.h).
+enum class TensorScope : uint8_t { kGlobal, kAny, kLinear, kFull, kMtpHead };
 
 // How the source tensors of one GGUF tensor are combined.
 enum class Combine : uint8_t { kSingle, kSplitGate, kSplitUp, kStackExperts };
@@ -39,7 +42,7 @@ enum class Combine : uint8_t { kSingle, kSplitGate, kSplitUp, kStackExperts };
 struct Rule {
   const char* hf;    // pattern after the prefix: "layers.{L}.mlp.experts.{E}.down_proj.weight"
   const char* gguf;  // "blk.{L}.ffn_down_exps.weight"
-  LayerKind kind;
+  TensorScope scope;
   Xform xform;
   Reorder reorder;
   int shape_id;      // expected HF shape, see expected_shape()

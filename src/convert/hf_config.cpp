@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "formats/hybrid_layers.h"
 
 namespace tern::convert {
 
@@ -61,7 +62,17 @@ HParams read_hparams(const OJson& h, const std::string& file) {
   if (p.ssm_v_heads % p.ssm_k_heads != 0)
     fail("%s: linear_num_value_heads %lld is not a multiple of linear_num_key_heads %lld", file.c_str(),
          static_cast<long long>(p.ssm_v_heads), static_cast<long long>(p.ssm_k_heads));
-  if (h.contains("full_attention_interval")) p.full_attention_interval = req_int(h, "full_attention_interval", file);
+  // The hybrid rule (formats/hybrid_layers.h): layer_types when listed, else the interval. MTP layers are
+  // not part of the trunk here (contract.cpp places them after it).
+  gguf::HybridLayerRule rule;
+  rule.n_layer = p.n_layer;
+  rule.source = file;
+  rule.recurrent_key = "layer_types";
+  rule.interval_key = "full_attention_interval";
+  if (h.contains("full_attention_interval")) {
+    p.full_attention_interval = req_int(h, "full_attention_interval", file);
+    rule.interval = p.full_attention_interval;
+  }
   if (h.contains("mtp_num_hidden_layers") && h["mtp_num_hidden_layers"].is_number_integer())
     p.n_mtp = h["mtp_num_hidden_layers"].get<int64_t>();
   p.tie_word_embeddings = h.value("tie_word_embeddings", false);
@@ -70,15 +81,15 @@ HParams read_hparams(const OJson& h, const std::string& file) {
     if (!lt->is_array() || static_cast<int64_t>(lt->size()) != p.n_layer)
       fail("%s: layer_types must list num_hidden_layers (%lld) entries", file.c_str(), static_cast<long long>(p.n_layer));
     p.has_layer_types = true;
+    rule.recurrent.emplace();
     for (const auto& t : *lt) {
       const std::string s = t.is_string() ? t.get<std::string>() : "";
       if (s != "linear_attention" && s != "full_attention")
         fail("%s: layer_types entry '%s' (expected linear_attention or full_attention)", file.c_str(), t.dump().c_str());
-      p.recurrent.push_back(s == "linear_attention");
+      rule.recurrent->push_back(s == "linear_attention");
     }
-  } else {
-    for (int64_t i = 0; i < p.n_layer; ++i) p.recurrent.push_back((i + 1) % p.full_attention_interval != 0);
   }
+  for (gguf::LayerKind k : gguf::hybrid_layer_kinds(rule)) p.recurrent.push_back(k == gguf::LayerKind::kRecurrent);
   return p;
 }
 

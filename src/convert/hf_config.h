@@ -24,7 +24,7 @@ struct HParams {
   int64_t ssm_conv_kernel = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_k_dim = 0, ssm_v_dim = 0;
   int64_t full_attention_interval = 4;
   bool has_layer_types = false;   // config lists layer_types (then recurrent_layers is written)
-  std::vector<bool> recurrent;    // [n_layer]: true = Gated DeltaNet, false = full attention
+  std::vector<bool> recurrent;    // [n_layer]: true = Gated DeltaNet, false = full attention (gguf::hybrid_layer_kinds)
   int64_t n_mtp = 0;              // mtp_num_hidden_layers (0 when absent)
   bool tie_word_embeddings = false;
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "convert/quant_mix.h"
+#include "formats/hybrid_layers.h"
 
 namespace {
 
@@ -94,8 +95,7 @@ TEST(QuantMix, RealWidthMixesMatchLlamaQuantize) {
     for (const auto& t : tensors) {
       const std::string name = t[0];
       std::vector<int64_t> ne = t[1].get<std::vector<int64_t>>();
-      int64_t layer = -1;
-      if (name.rfind("blk.", 0) == 0) layer = std::stoll(name.substr(4));
+      const int64_t layer = tern::gguf::block_index(name);
       p.tensors.push_back(OutTensor{});
       p.tensors.back().name = name;
       p.tensors.back().shape.assign(ne.rbegin(), ne.rend());
