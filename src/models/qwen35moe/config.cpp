@@ -81,19 +81,8 @@ Config Config::from_gguf(const gguf::File& f) {
   c.n_ff_exp = r.req("expert_feed_forward_length", 1, kMaxWidth);
   c.n_ff_shexp = r.opt("expert_shared_feed_forward_length", 0, 0, kMaxWidth);
 
-  // Layer kinds: an explicit recurrent-layer list wins, else the interval rule (i+1) % interval == 0.
-  c.layer_kind.assign(static_cast<size_t>(c.n_layer), LayerKind::kDeltaNet);
-  if (const gguf::Value* rl = f.find(r.key("attention.recurrent_layers"))) {
-    if (!rl->is_array() || rl->array_size() < static_cast<uint64_t>(c.n_layer))
-      fail("%s: key %s must be an array of at least %lld flags", f.name().c_str(),
-           r.key("attention.recurrent_layers").c_str(), static_cast<long long>(c.n_layer));
-    for (int64_t i = 0; i < c.n_layer; ++i)
-      c.layer_kind[i] = rl->array_i64(i) ? LayerKind::kDeltaNet : LayerKind::kAttention;
-  } else {
-    const int64_t interval = r.opt("full_attention_interval", 4, 1, kMaxLayers);
-    for (int64_t i = 0; i < c.n_layer; ++i)
-      if ((i + 1) % interval == 0) c.layer_kind[i] = LayerKind::kAttention;
-  }
+  // Layer kinds: the hybrid rule (formats/hybrid_layers.h); the MTP blocks after the trunk are not run.
+  c.layer_kind = gguf::read_hybrid_layers(f, c.arch, c.n_layer, 0).kinds;
 
   // Vocabulary size: the embedding's row count (checked against the tensor in weights).
   const gguf::TensorInfo& emb = f.get_tensor("token_embd.weight");

@@ -5,17 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "formats/hybrid_layers.h"
 #include "models/blocks/attention.h"
 #include "models/blocks/deltanet.h"
 #include "models/blocks/moe.h"
 
-namespace tern::gguf {
-class File;
-}
-
 namespace tern::models::qwen35moe {
 
-enum class LayerKind { kDeltaNet, kAttention };
+using gguf::LayerKind;  // kRecurrent: Gated DeltaNet; kAttention: gated full attention (formats/hybrid_layers.h)
 
 struct Config {
   std::string arch;        // "qwen35moe"

@@ -5,22 +5,10 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "formats/hybrid_layers.h"
 #include "models/qwen35moe/state.h"
 
 namespace tern::models::qwen35moe {
-
-namespace {
-
-// Layer index of "blk.<i>.<rest>", or -1 for a tensor outside the blocks.
-int64_t block_of(std::string_view name) {
-  if (name.substr(0, 4) != "blk.") return -1;
-  int64_t i = 0;
-  size_t p = 4;
-  while (p < name.size() && std::isdigit(static_cast<unsigned char>(name[p]))) i = i * 10 + (name[p++] - '0');
-  return p > 4 ? i : -1;
-}
-
-}  // namespace
 
 ModelInfo model_info(const Config& c) {
   ModelInfo i;
@@ -60,7 +48,7 @@ WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool
   WeightBytes w;
   w.expert_bytes.assign(static_cast<size_t>(c.n_layer), 0);
   for (const gguf::TensorInfo& t : f.tensors()) {
-    const int64_t il = block_of(t.name);
+    const int64_t il = gguf::block_index(t.name);
     if (il >= c.n_layer) continue;  // MTP blocks: never loaded
     w.repacked |= tensor_repacked(t, c, repack, repack_experts);
     const uint64_t bytes = resident_tensor_bytes(t, c, repack, repack_experts);

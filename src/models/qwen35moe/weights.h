@@ -18,7 +18,7 @@
 namespace tern::models::qwen35moe {
 
 struct LayerWeights {
-  LayerKind kind = LayerKind::kDeltaNet;
+  LayerKind kind = LayerKind::kRecurrent;
   std::vector<float> attn_norm, post_norm;  // [n_embd], folded 1 + w
   AttentionWeights attn;
   DeltaNetWeights dn;
