@@ -127,7 +127,7 @@ std::string format_plan(const MemoryPlan& p) {
     out += s;
   };
   row("dense weights", p.dense, p.repacked ? "repacked for the kernels, read every token" : "mapped, read every token");
-  row("routed experts", p.experts,
+  if (p.n_expert > 0) row("routed experts", p.experts,
       p.streamed ? "in the file, read on demand" : p.repacked ? "repacked for the kernels" : "mapped");
   if (p.streamed) {
     char note[96];

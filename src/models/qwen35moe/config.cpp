@@ -37,8 +37,8 @@ struct Reader {
 Config Config::from_gguf(const gguf::File& f) {
   Config c;
   c.arch = std::string(f.get_str("general.architecture"));
-  if (c.arch != "qwen35moe")
-    fail("%s: architecture '%s' is not supported (supported: qwen35moe)", f.name().c_str(), c.arch.c_str());
+  if (c.arch != "qwen35moe" && c.arch != "qwen35")
+    fail("%s: architecture '%s' is not a Qwen3.5 model (qwen35moe, qwen35)", f.name().c_str(), c.arch.c_str());
   Reader r{f, c.arch};
   const int64_t n_block = r.req("block_count", 1, kMaxLayers);
   c.n_nextn = r.opt("nextn_predict_layers", 0, 0, n_block - 1);
@@ -76,10 +76,14 @@ Config Config::from_gguf(const gguf::File& f) {
          static_cast<long long>(d_inner));
   c.head_v_dim = d_inner / c.n_v_heads;
 
-  c.n_expert = r.req("expert_count", 1, kMaxExperts);
-  c.n_expert_used = r.req("expert_used_count", 1, c.n_expert);
-  c.n_ff_exp = r.req("expert_feed_forward_length", 1, kMaxWidth);
-  c.n_ff_shexp = r.opt("expert_shared_feed_forward_length", 0, 0, kMaxWidth);
+  if (c.arch == "qwen35") {
+    c.n_ff = r.req("feed_forward_length", 1, kMaxWidth);
+  } else {
+    c.n_expert = r.req("expert_count", 1, kMaxExperts);
+    c.n_expert_used = r.req("expert_used_count", 1, c.n_expert);
+    c.n_ff_exp = r.req("expert_feed_forward_length", 1, kMaxWidth);
+    c.n_ff_shexp = r.opt("expert_shared_feed_forward_length", 0, 0, kMaxWidth);
+  }
 
   // Layer kinds: the hybrid rule (formats/hybrid_layers.h); the MTP blocks after the trunk are not run.
   c.layer_kind = gguf::read_hybrid_layers(f, c.arch, c.n_layer, 0).kinds;

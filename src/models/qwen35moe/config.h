@@ -1,5 +1,5 @@
-// Qwen3.5/3.6-MoE hyper-parameters (GGUF arch "qwen35moe"), read from GGUF keys and validated; contract:
-// shared/spec/qwen35moe.md sections 1-2. Layer kind is data (layer_kind[i]), never inferred from tensors.
+// Qwen3.5/3.6 hyper-parameters, MoE (GGUF arch "qwen35moe") or dense (arch "qwen35": the same hybrid trunk with a
+// dense SwiGLU FFN), read from GGUF keys and validated; contract: shared/spec/qwen35moe.md sections 1-2. Layer kind is data (layer_kind[i]), never inferred from tensors.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,7 +15,7 @@ namespace tern::models::qwen35moe {
 using gguf::LayerKind;  // kRecurrent: Gated DeltaNet; kAttention: gated full attention (formats/hybrid_layers.h)
 
 struct Config {
-  std::string arch;        // "qwen35moe"
+  std::string arch;        // "qwen35moe" or "qwen35"
   int64_t n_layer = 0;     // trunk layers (block_count minus nextn_predict_layers)
   int64_t n_nextn = 0;     // MTP blocks appended after the trunk (loaded as present-but-unused)
   int64_t n_embd = 0;
@@ -36,8 +36,10 @@ struct Config {
   int64_t conv_dim() const { return 2 * n_k_heads * head_k_dim + n_v_heads * head_v_dim; }
   int64_t value_dim() const { return n_v_heads * head_v_dim; }
 
-  // MoE.
+  // MoE (qwen35moe); all 0 for the dense FFN of qwen35, whose width is n_ff.
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+  int64_t n_ff = 0;
+  bool dense() const { return n_expert == 0; }
 
   std::vector<LayerKind> layer_kind;  // [n_layer]
   int64_t n_attention_layers() const;

@@ -44,7 +44,8 @@ void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
 
   ops::rms_norm(x, w.post_norm.data(), cur, n_rows, D, c_.rms_eps);
   dump_("attn_post_norm", il, cur, {n_rows, D});
-  moe_block(moe_params_, w.moe, *experts_, il, cur, n_rows, mix, moe_, dump_);
+  if (c_.dense()) ffn_block(w.ffn, il, cur, n_rows, mix, ffn_, dump_);
+  else moe_block(moe_params_, w.moe, *experts_, il, cur, n_rows, mix, moe_, dump_);
   add_rows(x, mix, n_rows, D);
   dump_("l_out", il, x, {n_rows, D});
 }

@@ -42,6 +42,7 @@ class Forward {
   AttentionScratch attn_;
   DeltaNetScratch dn_;
   MoeScratch moe_;
+  FfnScratch ffn_;
 };
 
 }  // namespace tern::models::qwen35moe

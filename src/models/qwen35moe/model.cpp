@@ -20,10 +20,14 @@ ModelInfo model_info(const Config& c) {
   i.n_expert = c.n_expert;
   i.n_expert_used = c.n_expert_used;
   char s[160];
-  std::snprintf(s, sizeof s, "%lld layers (%lld attention, %lld DeltaNet), %lld experts top-%lld",
-                static_cast<long long>(c.n_layer), static_cast<long long>(c.n_attention_layers()),
-                static_cast<long long>(c.n_deltanet_layers()), static_cast<long long>(c.n_expert),
-                static_cast<long long>(c.n_expert_used));
+  const int n = std::snprintf(s, sizeof s, "%lld layers (%lld attention, %lld DeltaNet), ",
+                              static_cast<long long>(c.n_layer), static_cast<long long>(c.n_attention_layers()),
+                              static_cast<long long>(c.n_deltanet_layers()));
+  if (c.dense())
+    std::snprintf(s + n, sizeof s - n, "dense FFN %lld", static_cast<long long>(c.n_ff));
+  else
+    std::snprintf(s + n, sizeof s - n, "%lld experts top-%lld", static_cast<long long>(c.n_expert),
+                  static_cast<long long>(c.n_expert_used));
   i.summary = s;
   return i;
 }
@@ -38,7 +42,7 @@ uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
   const int64_t dn = 2 * c.conv_dim() + 2 * c.value_dim() + 2 * c.n_v_heads;
   const int64_t jobs = c.n_expert_used + (c.n_ff_shexp > 0 ? 1 : 0);
   const int64_t F = std::max(c.n_ff_exp, c.n_ff_shexp);
-  const int64_t moe = c.n_expert + 2 * c.n_expert_used + jobs * (D + 2 * F) + 2 * D + 1;
+  const int64_t moe = c.dense() ? 2 * c.n_ff : c.n_expert + 2 * c.n_expert_used + jobs * (D + 2 * F) + 2 * D + 1;
   const int64_t per_row = 4 * D + attn + dn + moe;
   const int64_t logits = c.n_vocab * n_parallel;
   return static_cast<uint64_t>((per_row * rows + logits) * 4);

@@ -121,6 +121,12 @@ void load_moe(Loader& L, const Config& c, int64_t i, MoeWeights& m) {
   }
 }
 
+void load_ffn(Loader& L, const Config& c, int64_t i, FfnWeights& f) {
+  f.gate = L.linear(blk(i, "ffn_gate.weight"), {c.n_embd, c.n_ff});
+  f.up = L.linear(blk(i, "ffn_up.weight"), {c.n_embd, c.n_ff});
+  f.down = L.linear(blk(i, "ffn_down.weight"), {c.n_ff, c.n_embd});
+}
+
 }  // namespace
 
 Weights Weights::load(const gguf::File& f, const Config& c) {
@@ -142,7 +148,8 @@ Weights Weights::load(const gguf::File& f, const Config& c) {
     l.post_norm = L.vec(blk(i, "post_attention_norm.weight"), {c.n_embd});
     if (l.kind == LayerKind::kAttention) load_attention(L, c, i, l.attn);
     else load_deltanet(L, c, i, l.dn);
-    load_moe(L, c, i, l.moe);
+    if (c.dense()) load_ffn(L, c, i, l.ffn);
+    else load_moe(L, c, i, l.moe);
   }
   w.unused = L.unused();
   if (!w.unused.empty()) {
@@ -150,7 +157,7 @@ Weights Weights::load(const gguf::File& f, const Config& c) {
       log::info("%s: %lld MTP (nextn) block(s) present but unused: %zu tensors not loaded", f.name().c_str(),
                 static_cast<long long>(c.n_nextn), w.unused.size());
     else
-      log::warn("%s: %zu tensors not used by qwen35moe (first: %s)", f.name().c_str(), w.unused.size(),
+      log::warn("%s: %zu tensors not used by %s (first: %s)", f.name().c_str(), w.unused.size(), c.arch.c_str(),
                 w.unused.front().c_str());
   }
   return w;
@@ -221,7 +228,7 @@ RepackReport Model::repack(RepackScope scope) {
   for (LayerWeights& l : weights.layers) {
     for (Linear* w : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.dn.wqkv, &l.dn.wgate, &l.dn.wbeta,
                       &l.dn.walpha, &l.dn.wout, &l.moe.gate_shexp, &l.moe.up_shexp, &l.moe.down_shexp,
-                      &l.moe.shexp_gate})
+                      &l.moe.shexp_gate, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
       one(*w, true);
     if (experts)
       for (Linear* w : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) one(*w, true);

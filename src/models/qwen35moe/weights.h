@@ -10,6 +10,7 @@
 #include "formats/gguf.h"
 #include "models/blocks/attention.h"
 #include "models/blocks/deltanet.h"
+#include "models/blocks/ffn.h"
 #include "models/blocks/linear.h"
 #include "models/blocks/moe.h"
 #include "models/model.h"
@@ -22,7 +23,8 @@ struct LayerWeights {
   std::vector<float> attn_norm, post_norm;  // [n_embd], folded 1 + w
   AttentionWeights attn;
   DeltaNetWeights dn;
-  MoeWeights moe;
+  MoeWeights moe;   // qwen35moe
+  FfnWeights ffn;   // qwen35 (dense)
 };
 
 struct Weights {

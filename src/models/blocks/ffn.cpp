@@ -1,0 +1,23 @@
+#include "models/blocks/ffn.h"
+
+#include "core/profile.h"
+#include "models/blocks/batch.h"
+#include "ops/activation.h"
+
+namespace tern::models {
+
+void ffn_block(const FfnWeights& w, int layer, const float* x, int64_t n_rows, float* y, FfnScratch& s,
+               const TensorDump& dump) {
+  const int64_t F = w.gate.n_out, D = w.down.n_out;
+  float* g = grow(s.g, n_rows * F);
+  float* u = grow(s.u, n_rows * F);
+  TERN_PROFILE(prof, "ffn", w.gate.bytes() + w.up.bytes() + w.down.bytes());
+  apply(w.gate, x, n_rows, g);
+  apply(w.up, x, n_rows, u);
+  ops::swiglu(g, u, g, n_rows * F);
+  dump("ffn_swiglu", layer, g, {n_rows, F});
+  apply(w.down, g, n_rows, y);
+  dump("ffn_out", layer, y, {n_rows, D});
+}
+
+}  // namespace tern::models

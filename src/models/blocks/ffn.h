@@ -1,0 +1,23 @@
+// Dense SwiGLU FFN (dense Qwen3.5 and the like): y = down(silu(gate x) * up x) over a batch's rows.
+#pragma once
+#include <vector>
+
+#include "models/blocks/linear.h"
+#include "models/dump.h"
+
+namespace tern::models {
+
+struct FfnWeights {
+  Linear gate, up;  // {n_embd, n_ff}
+  Linear down;      // {n_ff, n_embd}
+};
+
+struct FfnScratch {
+  std::vector<float> g, u;
+};
+
+// x, y: [n_rows, n_embd]; y is overwritten with the block output (before the residual add).
+void ffn_block(const FfnWeights& w, int layer, const float* x, int64_t n_rows, float* y, FfnScratch& s,
+               const TensorDump& dump);
+
+}  // namespace tern::models

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Dense Qwen3.5 (GGUF arch `qwen35`) fixtures, derived from the committed q35-ratio F32 model, until transformers'
+own Qwen3_5ForCausalLM fixtures exist (issue 15):
+
+  q35-dense.f32.gguf  arch qwen35: q35-ratio's trunk (embeddings, attention, DeltaNet, norms, head) with a dense
+                      SwiGLU FFN per layer whose gate/up/down are one of that layer's routed experts (expert
+                      il % n_expert), width feed_forward_length = expert_feed_forward_length.
+  q35-dense.q8_0.gguf, q35-dense.q4_k_m.gguf   llama.cpp's quantizer (llama-quantize from bench/llama_tools.sh's
+                      build, or --quantize) on the F32 file.
+  q35-moe1.f32.gguf   arch qwen35moe with the same weights as one routed expert, top-1, no shared expert: softmax
+                      over one router logit is 1, so it must compute exactly what q35-dense computes (the
+                      tern test checks it; llama.cpp's qwen35 and qwen35moe graphs agree the same way).
+  q35-dense/ref_llamacpp_<type>.json + bins   llama.cpp's teacher-forced logits (llama-cpp-python) for
+                      q35-ratio's reference prompts, in tools/fixturelib/refs.py's layout.
+
+usage: python tools/make_dense_fixture.py [--quantize PATH/llama-quantize]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import gguf
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixturelib import llamacpp, refs  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "tests" / "fixtures" / "models"
+SRC = MODELS / "q35-ratio.f32.gguf"
+DEFAULT_QUANTIZE = Path.home() / ".cache/tern/llama.cpp-0.3.36/build/bin/llama-quantize"
+
+
+def field_value(f: gguf.ReaderField):
+    t = f.types[0]
+    if t == gguf.GGUFValueType.STRING:
+        return bytes(f.parts[f.data[0]]).decode()
+    if t == gguf.GGUFValueType.ARRAY:
+        sub = f.types[1]
+        if sub == gguf.GGUFValueType.STRING:
+            return [bytes(f.parts[i]).decode() for i in f.data]
+        return [f.parts[i].tolist()[0] for i in f.data]
+    return f.parts[f.data[0]].tolist()[0]
+
+
+def copy_field(w: gguf.GGUFWriter, key: str, f: gguf.ReaderField) -> None:
+    t = f.types[0]
+    v = field_value(f)
+    if t == gguf.GGUFValueType.ARRAY:
+        w.add_key_value(key, v, t, sub_type=f.types[1])
+    else:
+        w.add_key_value(key, v, t)
+
+
+def derive(dense: bool, dst: Path) -> None:
+    r = gguf.GGUFReader(SRC)
+    src_arch = "qwen35moe"
+    arch = "qwen35" if dense else "qwen35moe"
+    fields = {k: f for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    n_expert = field_value(fields[f"{src_arch}.expert_count"])
+    n_ff = field_value(fields[f"{src_arch}.expert_feed_forward_length"])
+    w = gguf.GGUFWriter(dst, arch)
+    drop = {"general.architecture", f"{src_arch}.expert_count", f"{src_arch}.expert_used_count",
+            f"{src_arch}.expert_shared_feed_forward_length", f"{src_arch}.expert_feed_forward_length"}
+    for k, f in fields.items():
+        if k in drop:
+            continue
+        copy_field(w, k.replace(f"{src_arch}.", f"{arch}.", 1), f)
+    if dense:
+        w.add_uint32(f"{arch}.feed_forward_length", n_ff)
+    else:
+        w.add_uint32(f"{arch}.expert_count", 1)
+        w.add_uint32(f"{arch}.expert_used_count", 1)
+        w.add_uint32(f"{arch}.expert_feed_forward_length", n_ff)
+    for t in r.tensors:
+        name = t.name
+        data = np.asarray(t.data)
+        if "_shexp" in name:
+            continue
+        if name.startswith("blk."):
+            il = int(name.split(".")[1])
+            e = il % n_expert
+            if name.endswith("ffn_gate_inp.weight"):
+                if dense:
+                    continue
+                data = data[e:e + 1]  # [1, n_embd]: one router row
+            elif "_exps." in name:
+                data = data[e]
+                if dense:
+                    name = name.replace("_exps.", ".")
+                else:
+                    data = data[None]
+        assert t.tensor_type == gguf.GGMLQuantizationType.F32, name
+        w.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"{dst}: {dst.stat().st_size} bytes")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quantize", type=Path, default=DEFAULT_QUANTIZE, help="llama.cpp's llama-quantize")
+    a = ap.parse_args()
+    dense_f32 = MODELS / "q35-dense.f32.gguf"
+    derive(True, dense_f32)
+    derive(False, MODELS / "q35-moe1.f32.gguf")
+    types = ["f32"]
+    for t, ftype in (("q8_0", "Q8_0"), ("q4_k_m", "Q4_K_M")):
+        dst = MODELS / f"q35-dense.{t}.gguf"
+        subprocess.run([str(a.quantize), str(dense_f32), str(dst), ftype], check=True, capture_output=True)
+        print(f"{dst}: {dst.stat().st_size} bytes")
+        types.append(t)
+    version = llamacpp.available()
+    if version is None:
+        sys.exit("llama-cpp-python does not import: no llama.cpp references written")
+    pdir = MODELS / "q35-dense"
+    pdir.mkdir(exist_ok=True)
+    for f in list(pdir.glob("llamacpp_*.bin")) + list(pdir.glob("ref_llamacpp_*.json")):
+        f.unlink()
+    prompts = json.loads((MODELS / "q35-ratio" / "ref_hf.json").read_text())["prompts"]
+    for t in types:
+        gg = MODELS / f"q35-dense.{t}.gguf"
+        entries = [refs.prompt_entry(pdir, f"llamacpp_{t}", p["name"], p["tokens"], llamacpp.teacher_forced(gg, p["tokens"]))
+                   for p in prompts]
+        header = {"preset": "q35-dense", "gguf": gg.name, "gguf_sha256": refs.sha256(gg), "type": t,
+                  "versions": {"llama_cpp_python": version, "gguf": getattr(gguf, "__version__", "?")},
+                  "how": "llama-cpp-python Llama(logits_all=True, n_threads=2), one eval() of the whole prompt "
+                         "in a fresh context; model derived by tools/make_dense_fixture.py"}
+        refs.write_ref(pdir, f"llamacpp_{t}", header, entries, None)
+        print(f"  q35-dense ref_llamacpp_{t}.json")
+
+
+if __name__ == "__main__":
+    main()
