@@ -7,6 +7,7 @@
 #include "core/profile.h"
 #include "ops/activation.h"
 #include "ops/moe.h"
+#include "ops/split.h"
 
 namespace tern::models {
 
@@ -183,11 +184,12 @@ void moe_block(const MoeParams& c, const MoeWeights& w, ExpertSource& experts,
     dump("ffn_shexp", layer, sd, {n_rows, D});
     float* gate = grow(s.sgate, n_rows);
     apply(w.shexp_gate, x, n_rows, gate);
-    auto add = [&](int64_t t) {
-      const float gt = ops::sigmoid(gate[t]);
-      for (int64_t d = 0; d < D; ++d) y[t * D + d] += gt * sd[t * D + d];
-    };
-    parallel_for(n_rows, add);
+    ops::split::rows(n_rows, D, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const float gt = ops::sigmoid(gate[t]);
+        for (int64_t d = 0; d < D; ++d) y[t * D + d] += gt * sd[t * D + d];
+      }
+    });
   }
   dump("ffn_out", layer, y, {n_rows, D});
 }

@@ -6,6 +6,7 @@
 #include "core/parallel.h"
 #include "core/profile.h"
 #include "ops/norm.h"
+#include "ops/split.h"
 #include "quant/convert.h"
 
 namespace tern::models::qwen35moe {
@@ -20,12 +21,12 @@ Forward::Forward(const Model& model, TensorDump dump, int64_t expert_slots)
       experts_(expert_slots > 0 ? std::make_unique<ExpertStore>(model, expert_slots)
                                 : std::make_unique<ExpertStore>(model)) {}
 
-// x += y over n_rows rows of n; a batch's rows on all threads (rows are independent: the same bits either way).
+// x += y over n_rows rows of n: a batch on all threads, a decode row on the calling thread (ops/split.h; each
+// element's sum is the same either way).
 static void add_rows(float* x, const float* y, int64_t n_rows, int64_t n) {
-  auto add = [&](int64_t r) {
-    for (int64_t i = r * n; i < (r + 1) * n; ++i) x[i] += y[i];
-  };
-  parallel_for(n_rows, add);
+  ops::split::elements(n_rows * n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) x[i] += y[i];
+  });
 }
 
 void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
