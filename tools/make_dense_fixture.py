@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Dense Qwen3.5 (GGUF arch `qwen35`) fixtures, derived from the committed q35-ratio F32 model, until transformers'
+"""Dense Qwen3.5 (GGUF arch `qwen35`) and Qwen3-Next (`qwen3next`) fixtures, derived from the committed q35-ratio F32 model, until transformers'
 own Qwen3_5ForCausalLM fixtures exist (issue 15):
 
   q35-dense.f32.gguf  arch qwen35: q35-ratio's trunk (embeddings, attention, DeltaNet, norms, head) with a dense
@@ -10,8 +10,12 @@ own Qwen3_5ForCausalLM fixtures exist (issue 15):
   q35-moe1.f32.gguf   arch qwen35moe with the same weights as one routed expert, top-1, no shared expert: softmax
                       over one router logit is 1, so it must compute exactly what q35-dense computes (the
                       tern test checks it; llama.cpp's qwen35 and qwen35moe graphs agree the same way).
-  q35-dense/ref_llamacpp_<type>.json + bins   llama.cpp's teacher-forced logits (llama-cpp-python) for
-                      q35-ratio's reference prompts, in tools/fixturelib/refs.py's layout.
+  q35-next.f32.gguf   arch qwen3next: q35-ratio's weights in Qwen3-Next's layout (value heads in grouped order,
+                      HF's, instead of the tiled order a qwen35moe GGUF holds; beta and alpha fused per key head into
+                      ssm_ba), so it computes what q35-ratio computes (the tern test checks it).
+  q35-next.{q8_0,q4_k_m}.gguf   llama-quantize on it.
+  <preset>/ref_llamacpp_<type>.json + bins   llama.cpp's teacher-forced logits (llama-cpp-python) on q35-dense and
+                      q35-next for q35-ratio's reference prompts, in tools/fixturelib/refs.py's layout.
 
 usage: python tools/make_dense_fixture.py [--quantize PATH/llama-quantize]
 """
@@ -103,6 +107,47 @@ def derive(dense: bool, dst: Path) -> None:
     print(f"{dst}: {dst.stat().st_size} bytes")
 
 
+def derive_next(dst: Path) -> None:
+    r = gguf.GGUFReader(SRC)
+    src_arch, arch = "qwen35moe", "qwen3next"
+    fields = {k: f for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    hk = field_value(fields[f"{src_arch}.ssm.group_count"])
+    hv = field_value(fields[f"{src_arch}.ssm.time_step_rank"])
+    dk = field_value(fields[f"{src_arch}.ssm.state_size"])
+    dv = field_value(fields[f"{src_arch}.ssm.inner_size"]) // hv
+    rep = hv // hk
+    # grouped value head p (key head p // rep) is the qwen35moe GGUF's tiled head (p % rep) * hk + p // rep
+    tiled = [(p % rep) * hk + p // rep for p in range(hv)]
+    heads = lambda a, axis: np.concatenate([np.take(a, range(t * dv, (t + 1) * dv), axis=axis) for t in tiled], axis=axis)
+    w = gguf.GGUFWriter(dst, arch)
+    for k, f in fields.items():
+        if k != "general.architecture":
+            copy_field(w, k.replace(f"{src_arch}.", f"{arch}.", 1), f)
+    tensors = {t.name: np.asarray(t.data) for t in r.tensors}
+    for name, data in tensors.items():
+        if name.endswith("ssm_alpha.weight"):
+            continue
+        if name.endswith("attn_qkv.weight") or name.endswith("ssm_conv1d.weight"):  # rows: q | k | v channels
+            data = np.concatenate([data[:2 * hk * dk], heads(data[2 * hk * dk:], 0)], axis=0)
+        elif name.endswith("attn_gate.weight"):
+            data = heads(data, 0)
+        elif name.endswith("ssm_out.weight"):
+            data = heads(data, 1)
+        elif name.endswith("ssm_dt.bias") or name.endswith("ssm_a"):
+            data = data[tiled]
+        elif name.endswith("ssm_beta.weight"):
+            beta, alpha = data[tiled], tensors[name.replace("ssm_beta", "ssm_alpha")][tiled]
+            data = np.concatenate([np.concatenate([beta[g * rep:(g + 1) * rep], alpha[g * rep:(g + 1) * rep]])
+                                   for g in range(hk)])
+            name = name.replace("ssm_beta", "ssm_ba")
+        w.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"{dst}: {dst.stat().st_size} bytes")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quantize", type=Path, default=DEFAULT_QUANTIZE, help="llama.cpp's llama-quantize")
@@ -110,30 +155,33 @@ def main() -> None:
     dense_f32 = MODELS / "q35-dense.f32.gguf"
     derive(True, dense_f32)
     derive(False, MODELS / "q35-moe1.f32.gguf")
+    derive_next(MODELS / "q35-next.f32.gguf")
     types = ["f32"]
     for t, ftype in (("q8_0", "Q8_0"), ("q4_k_m", "Q4_K_M")):
-        dst = MODELS / f"q35-dense.{t}.gguf"
-        subprocess.run([str(a.quantize), str(dense_f32), str(dst), ftype], check=True, capture_output=True)
-        print(f"{dst}: {dst.stat().st_size} bytes")
+        for preset in ("q35-dense", "q35-next"):
+            dst = MODELS / f"{preset}.{t}.gguf"
+            subprocess.run([str(a.quantize), str(MODELS / f"{preset}.f32.gguf"), str(dst), ftype], check=True,
+                           capture_output=True)
+            print(f"{dst}: {dst.stat().st_size} bytes")
         types.append(t)
     version = llamacpp.available()
     if version is None:
         sys.exit("llama-cpp-python does not import: no llama.cpp references written")
-    pdir = MODELS / "q35-dense"
-    pdir.mkdir(exist_ok=True)
-    for f in list(pdir.glob("llamacpp_*.bin")) + list(pdir.glob("ref_llamacpp_*.json")):
-        f.unlink()
     prompts = json.loads((MODELS / "q35-ratio" / "ref_hf.json").read_text())["prompts"]
-    for t in types:
-        gg = MODELS / f"q35-dense.{t}.gguf"
+    for preset, t in [(p, t) for p in ("q35-dense", "q35-next") for t in types]:
+        pdir = MODELS / preset
+        pdir.mkdir(exist_ok=True)
+        for f in list(pdir.glob(f"llamacpp_{t}_*.bin")) + list(pdir.glob(f"ref_llamacpp_{t}.json")):
+            f.unlink()
+        gg = MODELS / f"{preset}.{t}.gguf"
         entries = [refs.prompt_entry(pdir, f"llamacpp_{t}", p["name"], p["tokens"], llamacpp.teacher_forced(gg, p["tokens"]))
                    for p in prompts]
-        header = {"preset": "q35-dense", "gguf": gg.name, "gguf_sha256": refs.sha256(gg), "type": t,
+        header = {"preset": preset, "gguf": gg.name, "gguf_sha256": refs.sha256(gg), "type": t,
                   "versions": {"llama_cpp_python": version, "gguf": getattr(gguf, "__version__", "?")},
                   "how": "llama-cpp-python Llama(logits_all=True, n_threads=2), one eval() of the whole prompt "
                          "in a fresh context; model derived by tools/make_dense_fixture.py"}
         refs.write_ref(pdir, f"llamacpp_{t}", header, entries, None)
-        print(f"  q35-dense ref_llamacpp_{t}.json")
+        print(f"  {preset} ref_llamacpp_{t}.json")
 
 
 if __name__ == "__main__":

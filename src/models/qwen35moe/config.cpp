@@ -37,8 +37,9 @@ struct Reader {
 Config Config::from_gguf(const gguf::File& f) {
   Config c;
   c.arch = std::string(f.get_str("general.architecture"));
-  if (c.arch != "qwen35moe" && c.arch != "qwen35")
-    fail("%s: architecture '%s' is not a Qwen3.5 model (qwen35moe, qwen35)", f.name().c_str(), c.arch.c_str());
+  if (c.arch != "qwen35moe" && c.arch != "qwen35" && c.arch != "qwen3next")
+    fail("%s: architecture '%s' is not a Qwen3.5/Qwen3-Next model (qwen35moe, qwen35, qwen3next)", f.name().c_str(),
+         c.arch.c_str());
   Reader r{f, c.arch};
   const int64_t n_block = r.req("block_count", 1, kMaxLayers);
   c.n_nextn = r.opt("nextn_predict_layers", 0, 0, n_block - 1);

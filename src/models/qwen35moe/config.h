@@ -1,5 +1,6 @@
 // Qwen3.5/3.6 hyper-parameters, MoE (GGUF arch "qwen35moe") or dense (arch "qwen35": the same hybrid trunk with a
-// dense SwiGLU FFN), read from GGUF keys and validated; contract: shared/spec/qwen35moe.md sections 1-2. Layer kind is data (layer_kind[i]), never inferred from tensors.
+// dense SwiGLU FFN), and Qwen3-Next (arch "qwen3next": the qwen35moe computation with value heads in grouped order and
+// beta/alpha fused), read from GGUF keys and validated; contract: shared/spec/qwen35moe.md sections 1-2. Layer kind is data (layer_kind[i]), never inferred from tensors.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,7 +16,7 @@ namespace tern::models::qwen35moe {
 using gguf::LayerKind;  // kRecurrent: Gated DeltaNet; kAttention: gated full attention (formats/hybrid_layers.h)
 
 struct Config {
-  std::string arch;        // "qwen35moe" or "qwen35"
+  std::string arch;        // "qwen35moe", "qwen35" or "qwen3next"
   int64_t n_layer = 0;     // trunk layers (block_count minus nextn_predict_layers)
   int64_t n_nextn = 0;     // MTP blocks appended after the trunk (loaded as present-but-unused)
   int64_t n_embd = 0;
@@ -49,7 +50,9 @@ struct Config {
   AttentionParams attention() const {
     return {n_embd, n_head, n_head_kv, head_dim, n_rot, rope_freq_base, rms_eps};
   }
-  DeltaNetParams deltanet() const { return {n_embd, conv_kernel, head_k_dim, n_k_heads, n_v_heads, head_v_dim, rms_eps}; }
+  DeltaNetParams deltanet() const {
+    return {n_embd, conv_kernel, head_k_dim, n_k_heads, n_v_heads, head_v_dim, rms_eps, arch == "qwen3next"};
+  }
   MoeParams moe() const { return {n_embd, n_expert, n_expert_used, n_ff_exp, n_ff_shexp}; }
 
   static Config from_gguf(const gguf::File& f);  // throws Error naming the file and key

@@ -23,6 +23,8 @@ class Loader {
     used_.insert(name);
     return *t;
   }
+  bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+  const std::string& file_name() const { return f_.name(); }
   const gguf::TensorInfo* optional(const std::string& name, std::vector<int64_t> shape) {
     return f_.find_tensor(name) ? &tensor(name, std::move(shape)) : nullptr;
   }
@@ -92,10 +94,18 @@ void load_attention(Loader& L, const Config& c, int64_t i, AttentionWeights& a) 
 }
 
 void load_deltanet(Loader& L, const Config& c, int64_t i, DeltaNetWeights& d) {
+  if (L.has(blk(i, "ssm_in.weight")))
+    fail("%s: tensor '%s': the legacy fused q|k|v|z in-projection of early qwen3next conversions is not supported "
+         "(convert again with a current llama.cpp or tern convert: attn_qkv + attn_gate)",
+         L.file_name().c_str(), blk(i, "ssm_in.weight").c_str());
   d.wqkv = L.linear(blk(i, "attn_qkv.weight"), {c.n_embd, c.conv_dim()});
   d.wgate = L.linear(blk(i, "attn_gate.weight"), {c.n_embd, c.value_dim()});
-  d.wbeta = L.linear(blk(i, "ssm_beta.weight"), {c.n_embd, c.n_v_heads});
-  d.walpha = L.linear(blk(i, "ssm_alpha.weight"), {c.n_embd, c.n_v_heads});
+  if (const auto* ba = L.optional(blk(i, "ssm_ba.weight"), {c.n_embd, 2 * c.n_v_heads})) {
+    d.wba = L.to_linear(*ba, blk(i, "ssm_ba.weight"));
+  } else {
+    d.wbeta = L.linear(blk(i, "ssm_beta.weight"), {c.n_embd, c.n_v_heads});
+    d.walpha = L.linear(blk(i, "ssm_alpha.weight"), {c.n_embd, c.n_v_heads});
+  }
   d.wout = L.linear(blk(i, "ssm_out.weight"), {c.value_dim(), c.n_embd});
   d.conv = L.vec(blk(i, "ssm_conv1d.weight"), {c.conv_kernel, c.conv_dim()});
   d.dt_bias = L.vec(blk(i, "ssm_dt.bias"), {c.n_v_heads});
@@ -227,7 +237,7 @@ RepackReport Model::repack(RepackScope scope) {
     rep.kept.push_back("routed experts (n_ff_exp or n_embd not a multiple of 8 rows)");
   for (LayerWeights& l : weights.layers) {
     for (Linear* w : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.dn.wqkv, &l.dn.wgate, &l.dn.wbeta,
-                      &l.dn.walpha, &l.dn.wout, &l.moe.gate_shexp, &l.moe.up_shexp, &l.moe.down_shexp,
+                      &l.dn.walpha, &l.dn.wba, &l.dn.wout, &l.moe.gate_shexp, &l.moe.up_shexp, &l.moe.down_shexp,
                       &l.moe.shexp_gate, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
       one(*w, true);
     if (experts)
