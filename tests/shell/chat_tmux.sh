@@ -21,7 +21,7 @@ wait_for() {  # wait_for PATTERN SECONDS: until the pane shows PATTERN
 }
 count() { screen | grep -c -- "$1"; }
 
-tmux new-session -d -s "$S" -x 200 -y 50 "$TERN chat -m $M -t 2 -c 8192 -n 800 --temp 0 --ignore-eos; echo CHAT-EXITED; sleep 30"
+tmux new-session -d -s "$S" -x 200 -y 50 "$TERN chat -m $M -t 2 -c 16384 -n 3000 --temp 0 --ignore-eos; echo CHAT-EXITED; sleep 30"
 trap 'tmux kill-server 2>/dev/null' EXIT
 tmux set-option -t "$S" remain-on-exit on 2>/dev/null
 tmux ls >/dev/null 2>&1 || { echo "FAIL: the tmux session died at once (SHELL=$SHELL, TERM=${TERM:-unset})"; exit 1; }
