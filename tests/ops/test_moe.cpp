@@ -89,3 +89,55 @@ TEST(MoeRouting, RejectsBadTopK) {
   EXPECT_THROW(moe_route_softmax_topk(logits.data(), 1, 4, 5, ids.data(), w.data()), Error);
   EXPECT_THROW(moe_route_softmax_topk(logits.data(), 1, 4, 0, ids.data(), w.data()), Error);
 }
+
+// Sigmoid gating with a selection bias (DeepSeek-V3 / GLM; llama.cpp build_moe_ffn SIGMOID + exp_probs_b):
+// experts chosen on sigmoid(logit) + bias, weighted by sigmoid(logit) alone, renormalised or not, times the
+// routed scale; vs a float64 reference written here. The bias is large enough to change the choice (checked),
+// and random scores have no near-ties at fp32 precision, so ids match exactly; weights to 1e-6 relative.
+TEST(MoeRouting, SigmoidWithSelectionBiasVsDouble) {
+  std::mt19937_64 rng(43);
+  const int64_t T = 16, E = 64, K = 6;
+  const auto logits = rand_vec(rng, T * E, -4.0f, 4.0f);
+  const auto bias = rand_vec(rng, E, -0.5f, 0.5f);
+  for (bool normalize : {true, false}) {
+    const float scale = 2.5f;
+    RouteParams rp;
+    rp.gating = Gating::kSigmoid;
+    rp.selection_bias = bias.data();
+    rp.normalize = normalize;
+    rp.scale = scale;
+    std::vector<int32_t> ids(T * K);
+    Guarded w(T * K);
+    moe_route(logits.data(), T, E, K, rp, ids.data(), w.data());
+    EXPECT_TRUE(w.ok());
+    int changed_by_bias = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> s(E), sel(E);
+      for (int64_t e = 0; e < E; ++e) {
+        s[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[t * E + e])));
+        sel[e] = s[e] + bias[e];
+      }
+      std::vector<int32_t> order(E), plain(E);
+      std::iota(order.begin(), order.end(), 0);
+      std::iota(plain.begin(), plain.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return sel[a] > sel[b]; });
+      std::stable_sort(plain.begin(), plain.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
+      changed_by_bias += !std::equal(order.begin(), order.begin() + K, plain.begin());
+      double sum = 0.0;
+      for (int64_t k = 0; k < K; ++k) sum += s[order[k]];
+      for (int64_t k = 0; k < K; ++k) {
+        EXPECT_EQ(ids[t * K + k], order[k]) << "token " << t;
+        const double want = (normalize ? s[order[k]] / sum : s[order[k]]) * scale;
+        EXPECT_NEAR(w.values()[t * K + k], want, 1e-6 * want) << "token " << t;
+      }
+    }
+    EXPECT_GT(changed_by_bias, 0) << "the bias never changed a choice: the test would not see it ignored";
+  }
+  // The defaults are the softmax router, bit for bit.
+  std::vector<int32_t> a(T * K), b(T * K);
+  std::vector<float> wa(T * K), wb(T * K);
+  moe_route(logits.data(), T, E, K, RouteParams{}, a.data(), wa.data());
+  moe_route_softmax_topk(logits.data(), T, E, K, b.data(), wb.data());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(wa, wb);
+}

@@ -111,7 +111,12 @@ void moe_block(const MoeParams& c, const MoeWeights& w, ExpertSource& experts,
   TERN_PROFILE(prof_router, "moe.router", w.router.bytes());
   apply(w.router, x, n_rows, logits);
   dump("ffn_moe_logits", layer, logits, {n_rows, E});
-  ops::moe_route_softmax_topk(logits, n_rows, E, K, s.ids.data(), wts);
+  ops::RouteParams rp;
+  rp.gating = c.gating;
+  rp.selection_bias = w.selection_bias.empty() ? nullptr : w.selection_bias.data();
+  rp.normalize = c.normalize;
+  rp.scale = c.routed_scale;
+  ops::moe_route(logits, n_rows, E, K, rp, s.ids.data(), wts);
   prof_router.done();
 
   // Group (token, slot) pairs by expert; each expert runs once over its tokens.

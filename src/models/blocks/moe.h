@@ -9,6 +9,7 @@
 #include "models/blocks/batch.h"
 #include "models/dump.h"
 #include "models/blocks/linear.h"
+#include "ops/moe.h"
 
 namespace tern::models {
 
@@ -17,10 +18,16 @@ struct MoeParams {
   int64_t n_expert = 0, n_expert_used = 0;  // softmax over n_expert router logits, top n_expert_used renormalised
   int64_t n_ff_exp = 0;
   int64_t n_ff_shexp = 0;                   // shared expert width (0: none)
+  // Routing (ops/moe.h): softmax top-k renormalised (Qwen), or sigmoid scores chosen with the layer's selection
+  // bias (MoeWeights::selection_bias), renormalised or not, times a routed scaling factor (DeepSeek-V3 / GLM).
+  ops::Gating gating = ops::Gating::kSoftmax;
+  bool normalize = true;
+  float routed_scale = 1.0f;
 };
 
 struct MoeWeights {
   Linear router;                  // {n_embd, n_expert}
+  std::vector<float> selection_bias;  // [n_expert] or empty: added to the scores for the top-k choice only
   Linear gate_exps, up_exps;      // {n_embd, n_ff_exp, n_expert} as n_expert * n_ff_exp rows
   Linear down_exps;               // {n_ff_exp, n_embd, n_expert} as n_expert * n_embd rows
   bool fused_gate_up = false;     // gate_exps holds {n_embd, 2 * n_ff_exp, n_expert} (gate rows then up rows)
