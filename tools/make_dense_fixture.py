@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""Dense Qwen3.5 (GGUF arch `qwen35`) and Qwen3-Next (`qwen3next`) fixtures, derived from the committed q35-ratio F32 model, until transformers'
+"""Dense Qwen3.5 (GGUF arch `qwen35`) and Qwen3-Next (`qwen3next`) fixtures, derived from the committed q35-ratio F16 model, until transformers'
 own Qwen3_5ForCausalLM fixtures exist (issue 15):
 
-  q35-dense.f32.gguf  arch qwen35: q35-ratio's trunk (embeddings, attention, DeltaNet, norms, head) with a dense
+  q35-dense.f16.gguf  arch qwen35: q35-ratio's trunk (embeddings, attention, DeltaNet, norms, head) with a dense
                       SwiGLU FFN per layer whose gate/up/down are one of that layer's routed experts (expert
                       il % n_expert), width feed_forward_length = expert_feed_forward_length.
   q35-dense.q8_0.gguf, q35-dense.q4_k_m.gguf   llama.cpp's quantizer (llama-quantize from bench/llama_tools.sh's
-                      build, or --quantize) on the F32 file.
-  q35-moe1.f32.gguf   arch qwen35moe with the same weights as one routed expert, top-1, no shared expert: softmax
+                      build, or --quantize) on the F16 file.
+  q35-moe1.f16.gguf   arch qwen35moe with the same weights as one routed expert, top-1, no shared expert: softmax
                       over one router logit is 1, so it must compute exactly what q35-dense computes (the
                       tern test checks it; llama.cpp's qwen35 and qwen35moe graphs agree the same way).
-  q35-next.f32.gguf   arch qwen3next: q35-ratio's weights in Qwen3-Next's layout (value heads in grouped order,
+  q35-next.f16.gguf   arch qwen3next: q35-ratio's weights in Qwen3-Next's layout (value heads in grouped order,
                       HF's, instead of the tiled order a qwen35moe GGUF holds; beta and alpha fused per key head into
                       ssm_ba), so it computes what q35-ratio computes (the tern test checks it).
   q35-next.{q8_0,q4_k_m}.gguf   llama-quantize on it.
@@ -35,7 +35,7 @@ from fixturelib import llamacpp, refs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "tests" / "fixtures" / "models"
-SRC = MODELS / "q35-ratio.f32.gguf"
+SRC = MODELS / "q35-ratio.f16.gguf"  # exactly the reference weights (f16-representable), half the bytes of F32
 DEFAULT_QUANTIZE = Path.home() / ".cache/tern/llama.cpp-0.3.36/build/bin/llama-quantize"
 
 
@@ -98,8 +98,8 @@ def derive(dense: bool, dst: Path) -> None:
                     name = name.replace("_exps.", ".")
                 else:
                     data = data[None]
-        assert t.tensor_type == gguf.GGMLQuantizationType.F32, name
-        w.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
+        assert t.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16), name
+        w.add_tensor(name, np.ascontiguousarray(data))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -140,7 +140,7 @@ def derive_next(dst: Path) -> None:
             data = np.concatenate([np.concatenate([beta[g * rep:(g + 1) * rep], alpha[g * rep:(g + 1) * rep]])
                                    for g in range(hk)])
             name = name.replace("ssm_beta", "ssm_ba")
-        w.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
+        w.add_tensor(name, np.ascontiguousarray(data))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -152,15 +152,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quantize", type=Path, default=DEFAULT_QUANTIZE, help="llama.cpp's llama-quantize")
     a = ap.parse_args()
-    dense_f32 = MODELS / "q35-dense.f32.gguf"
-    derive(True, dense_f32)
-    derive(False, MODELS / "q35-moe1.f32.gguf")
-    derive_next(MODELS / "q35-next.f32.gguf")
-    types = ["f32"]
+    dense_f16 = MODELS / "q35-dense.f16.gguf"
+    derive(True, dense_f16)
+    derive(False, MODELS / "q35-moe1.f16.gguf")
+    derive_next(MODELS / "q35-next.f16.gguf")
+    types = ["f16"]
     for t, ftype in (("q8_0", "Q8_0"), ("q4_k_m", "Q4_K_M")):
         for preset in ("q35-dense", "q35-next"):
             dst = MODELS / f"{preset}.{t}.gguf"
-            subprocess.run([str(a.quantize), str(MODELS / f"{preset}.f32.gguf"), str(dst), ftype], check=True,
+            subprocess.run([str(a.quantize), str(MODELS / f"{preset}.f16.gguf"), str(dst), ftype], check=True,
                            capture_output=True)
             print(f"{dst}: {dst.stat().st_size} bytes")
         types.append(t)

@@ -360,8 +360,8 @@ TEST_P(ModelFixture, ExpertCacheSizeIsChecked) {
 // computes the dense SwiGLU FFN and only the summation paths differ (tolerance: f32 rounding, 1e-5 relative).
 TEST(DenseQwen35, EqualsTheOneExpertMoe) {
   for (bool repack : {false, true}) {
-    auto dense = Model::load((kModels / "q35-dense.f32.gguf").string());
-    auto moe1 = Model::load((kModels / "q35-moe1.f32.gguf").string());
+    auto dense = Model::load((kModels / "q35-dense.f16.gguf").string());
+    auto moe1 = Model::load((kModels / "q35-moe1.f16.gguf").string());
     ASSERT_TRUE(dense->config.dense());
     ASSERT_FALSE(moe1->config.dense());
     ASSERT_EQ(dense->config.arch, "qwen35");
@@ -389,8 +389,8 @@ TEST(DenseQwen35, EqualsTheOneExpertMoe) {
 // heads in grouped order, beta/alpha fused per key head): it computes q35-ratio's function, so the logits agree to
 // f32 rounding (ssm_out's columns are summed in another order: 1e-5 relative) and greedy decoding is the same.
 TEST(Qwen3Next, EqualsTheSameWeightsInQwen35MoeLayout) {
-  auto next = Model::load((kModels / "q35-next.f32.gguf").string());
-  auto ratio = Model::load((kModels / "q35-ratio.f32.gguf").string());
+  auto next = Model::load((kModels / "q35-next.f16.gguf").string());
+  auto ratio = Model::load((kModels / "q35-ratio.f16.gguf").string());
   ASSERT_EQ(next->config.arch, "qwen3next");
   ASSERT_TRUE(next->config.deltanet().grouped_v_heads);
   ASSERT_GT(next->config.n_v_heads, next->config.n_k_heads);  // the grouped order matters only then
