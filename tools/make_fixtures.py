@@ -86,7 +86,7 @@ def reference_prompt(p: Preset, model, n: int) -> tuple[int, list[int], np.ndarr
 def step_hf(p: Preset, work: Path, out: Path, lcpp: Path | None) -> dict:
     hf_dir = work / p.name / "hf"
     hfmodel.save_checkpoint(p, hf_dir)
-    model = hfmodel.load_model(hf_dir)
+    model = hfmodel.load_model(hf_dir, p.hf_arch)
     pdir = out / p.name
     pdir.mkdir(parents=True, exist_ok=True)
     for f in pdir.glob("hf_*.bin"):

@@ -110,10 +110,10 @@ KV cache, as `tests/models/test_qwen35moe.cpp` does.
   \\|logit\\| of the reference.
 - **top-1 vs llama.cpp**, **mean KL**: over the stored rows, KL(llama.cpp \\|\\| tern) in nats.
 
-`q35-dense` (arch `qwen35`) and `q35-next` (arch `qwen3next`) are derived from q35-ratio by
-`tools/make_dense_fixture.py` and have llama.cpp references only, until transformers' `Qwen3_5ForCausalLM` and
-`Qwen3NextForCausalLM` fixtures exist (issue 15); `q35-next` holds q35-ratio's weights, so q35-ratio's transformers
-row is its reference too (tests/models: the two agree to 3.8e-6).
+`next-tiny` (arch `qwen3next`) and `dense-tiny` (arch `qwen35`) are made by transformers' own
+`Qwen3NextForCausalLM` and `Qwen3_5ForCausalLM`. `q35-dense` and `q35-next` are derived from q35-ratio by
+`tools/make_dense_fixture.py` (for llama.cpp's quantized types) and have llama.cpp references only; `q35-next`
+holds q35-ratio's weights, so q35-ratio's transformers row is its reference too (tests/models: they agree to 3.8e-6).
 
 Quantized rows against transformers measure the quantization itself, not tern: the quantized test is the
 llama.cpp comparison (the two engines also round activations to Q8_0/Q8_K at different points).

@@ -11,17 +11,26 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+from transformers import (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig, Qwen3_5TextConfig,
+                          Qwen3NextConfig, Qwen3NextForCausalLM)
 
 from . import tokenizer as bpe
 from .presets import Preset
 
 
-def make_config(p: Preset) -> Qwen3_5MoeTextConfig:
+# transformers class name -> (model class, config class, has routed experts)
+ARCHS = {
+    "Qwen3_5MoeForCausalLM": (Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig, True),
+    "Qwen3NextForCausalLM": (Qwen3NextForCausalLM, Qwen3NextConfig, True),
+    "Qwen3_5ForCausalLM": (Qwen3_5ForCausalLM, Qwen3_5TextConfig, False),
+}
+
+
+def make_config(p: Preset):
     n = p.n_tokenizer
-    cfg = Qwen3_5MoeTextConfig(**p.hf_config, bos_token_id=None, eos_token_id=n - 1, pad_token_id=n - 3,
-                               dtype="float32")
-    cfg.architectures = ["Qwen3_5MoeForCausalLM"]
+    cfg = ARCHS[p.hf_arch][1](**p.hf_config, bos_token_id=None, eos_token_id=n - 1, pad_token_id=n - 3,
+                              dtype="float32")
+    cfg.architectures = [p.hf_arch]
     return cfg
 
 
@@ -51,10 +60,10 @@ def _init(name: str, shape: torch.Size, p: Preset, hidden: int, g: torch.Generat
     raise ValueError(f"no initialisation rule for {name} {tuple(shape)}")
 
 
-def build_model(p: Preset) -> Qwen3_5MoeForCausalLM:
+def build_model(p: Preset):
     torch.manual_seed(p.seed)
     cfg = make_config(p)
-    model = Qwen3_5MoeForCausalLM(cfg).eval()
+    model = ARCHS[p.hf_arch][0](cfg).eval()
     g = torch.Generator().manual_seed(p.seed)
     hidden = cfg.hidden_size
     with torch.no_grad():
@@ -64,10 +73,10 @@ def build_model(p: Preset) -> Qwen3_5MoeForCausalLM:
     return model
 
 
-def load_model(hf_dir: Path) -> Qwen3_5MoeForCausalLM:
-    return Qwen3_5MoeForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32,
-                                                 attn_implementation="eager",
-                                                 experts_implementation="eager").eval()
+def load_model(hf_dir: Path, hf_arch: str = "Qwen3_5MoeForCausalLM"):
+    cls, _, moe = ARCHS[hf_arch]
+    extra = {"experts_implementation": "eager"} if moe else {}
+    return cls.from_pretrained(str(hf_dir), dtype=torch.float32, attn_implementation="eager", **extra).eval()
 
 
 def save_checkpoint(p: Preset, out: Path) -> None:
@@ -78,7 +87,7 @@ def save_checkpoint(p: Preset, out: Path) -> None:
     tok = bpe.train(p.n_tokenizer)
     bpe.save(tok, out, model_max_length=p.hf_config["max_position_embeddings"])
     # The reloaded checkpoint must be exactly the model just built (the references come from the reload).
-    back = load_model(out)
+    back = load_model(out, p.hf_arch)
     want = dict(model.named_parameters())
     for name, prm in back.named_parameters():
         if not torch.equal(prm, want[name]):

@@ -33,6 +33,7 @@ class Preset:
     gguf_types: list[str]        # written by llama.cpp's convert_hf_to_gguf.py
     quant_types: list[str] = field(default_factory=list)  # written by llama.cpp's quantizer from the f32 file
     n_greedy: int = 40
+    hf_arch: str = "Qwen3_5MoeForCausalLM"  # transformers' class (hfmodel.ARCHS): Qwen3.5-MoE, Qwen3-Next, dense Qwen3.5
 
 
 def _rope(sections: list[int]) -> dict:
@@ -73,6 +74,30 @@ PRESETS: dict[str, Preset] = {
             linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8,
             linear_num_key_heads=1, linear_num_value_heads=8, num_experts=512, num_experts_per_tok=10,
             moe_intermediate_size=1, shared_expert_intermediate_size=16, tie_word_embeddings=False,
+            max_position_embeddings=4096, rms_norm_eps=1e-6),
+        gguf_types=["f16"]),
+    # Qwen3-Next (GGUF qwen3next) and dense Qwen3.5 (qwen35) at toy widths, made by transformers' own classes;
+    # F16 only (exact weights, half the bytes; the derived q35-next / q35-dense fixtures carry the quantized types).
+    "next-tiny": Preset(
+        name="next-tiny", seed=3801, init_gain=0.5, logit_gain=4.0, router_gain=3.0, n_tokenizer=400,
+        hf_arch="Qwen3NextForCausalLM",
+        hf_config=dict(
+            vocab_size=512, hidden_size=64, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=1,
+            head_dim=32, rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                                          "partial_rotary_factor": 0.25},
+            layer_types=interval_layers(4, 4), linear_conv_kernel_dim=4, linear_key_head_dim=16,
+            linear_value_head_dim=16, linear_num_key_heads=4, linear_num_value_heads=8, num_experts=8,
+            num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+            intermediate_size=64, tie_word_embeddings=False, max_position_embeddings=4096, rms_norm_eps=1e-6),
+        gguf_types=["f16"]),
+    "dense-tiny": Preset(
+        name="dense-tiny", seed=3901, init_gain=0.5, logit_gain=4.0, router_gain=3.0, n_tokenizer=400,
+        hf_arch="Qwen3_5ForCausalLM",
+        hf_config=dict(
+            vocab_size=512, hidden_size=64, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=1,
+            head_dim=32, rope_parameters=_rope([2, 1, 1]), layer_types=interval_layers(4, 4),
+            linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=4,
+            linear_num_value_heads=8, intermediate_size=96, tie_word_embeddings=False,
             max_position_embeddings=4096, rms_norm_eps=1e-6),
         gguf_types=["f16"]),
 }
