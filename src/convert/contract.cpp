@@ -15,7 +15,7 @@ namespace {
 
 enum Shape : int {
   kShH, kShVH, kShEH, kShE2FH, kShEHF, kShFH, kShHF, kShFsH, kShHFs, kSh1H, kShQ, kShKV, kShO, kShHd,
-  kShQkv, kShZ, kShHvH, kShConv, kShHv, kShDv, kShOut, kShFc,
+  kShQkv, kShZ, kShHvH, kShConv, kShHv, kShDv, kShOut, kShFc, kShFdH, kShHFd,
 };
 
 using S = TensorScope;
@@ -43,6 +43,10 @@ const std::vector<Rule> kRules = {
     {"layers.{L}.mlp.shared_expert.up_proj.weight", "blk.{L}.ffn_up_shexp.weight", S::kAny, X::kNone, R::kNone, kShFsH},
     {"layers.{L}.mlp.shared_expert.down_proj.weight", "blk.{L}.ffn_down_shexp.weight", S::kAny, X::kNone, R::kNone, kShHFs},
     {"layers.{L}.mlp.shared_expert_gate.weight", "blk.{L}.ffn_gate_inp_shexp.weight", S::kAny, X::kNone, R::kNone, kSh1H},
+    // Dense FFN (qwen35).
+    {"layers.{L}.mlp.gate_proj.weight", "blk.{L}.ffn_gate.weight", S::kAny, X::kNone, R::kNone, kShFdH},
+    {"layers.{L}.mlp.up_proj.weight", "blk.{L}.ffn_up.weight", S::kAny, X::kNone, R::kNone, kShFdH},
+    {"layers.{L}.mlp.down_proj.weight", "blk.{L}.ffn_down.weight", S::kAny, X::kNone, R::kNone, kShHFd},
     // Full attention: q_proj keeps its per-head interleaved [query | gate] rows.
     {"layers.{L}.self_attn.q_proj.weight", "blk.{L}.attn_q.weight", S::kFull, X::kNone, R::kNone, kShQ},
     {"layers.{L}.self_attn.k_proj.weight", "blk.{L}.attn_k.weight", S::kFull, X::kNone, R::kNone, kShKV},
@@ -129,6 +133,8 @@ std::vector<int64_t> expected_shape(const Rule& r, const HParams& h) {
     case kShDv: return {h.ssm_v_dim};
     case kShOut: return {H, h.ssm_v_heads * h.ssm_v_dim};
     case kShFc: return {H, 2 * H};
+    case kShFdH: return {h.n_ff, H};
+    case kShHFd: return {H, h.n_ff};
   }
   return {};
 }
@@ -227,7 +233,8 @@ Plan make_plan(const Checkpoint& ck, bool keep_mtp) {
   if (!unknown.empty()) {
     std::string list;
     for (const std::string& u : unknown) list += "\n  " + u;
-    fail("%s: %zu tensor name(s) not in the qwen35moe contract:%s", ck.dir.c_str(), unknown.size(), list.c_str());
+    fail("%s: %zu tensor name(s) not in the %s contract:%s", ck.dir.c_str(), unknown.size(), hp.arch.c_str(),
+         list.c_str());
   }
   // Dtype and shape of every converted source, before any data is read.
   for (auto& [s, c] : conv) {
@@ -316,10 +323,14 @@ Plan make_plan(const Checkpoint& ck, bool keep_mtp) {
   for (int64_t il = 0; il < plan.block_count; ++il) {
     const std::string b = "blk." + std::to_string(il) + ".";
     const bool rec = il < hp.n_layer && hp.recurrent[static_cast<size_t>(il)];
-    for (const char* n : {"attn_norm.weight", "post_attention_norm.weight", "ffn_gate_inp.weight", "ffn_gate_exps.weight",
-                          "ffn_up_exps.weight", "ffn_down_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
-                          "ffn_down_shexp.weight", "ffn_gate_inp_shexp.weight"})
-      need(b + n);
+    for (const char* n : {"attn_norm.weight", "post_attention_norm.weight"}) need(b + n);
+    if (hp.dense())
+      for (const char* n : {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}) need(b + n);
+    else
+      for (const char* n : {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
+                            "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+                            "ffn_gate_inp_shexp.weight"})
+        need(b + n);
     if (rec)
       for (const char* n : {"attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight",
                             "ssm_conv1d.weight", "ssm_dt.bias", "ssm_a", "ssm_norm.weight", "ssm_out.weight"})

@@ -41,19 +41,24 @@ int64_t req_int(const OJson& h, const char* key, const std::string& file) {
   return v;
 }
 
-HParams read_hparams(const OJson& h, const std::string& file) {
+HParams read_hparams(const OJson& h, const std::string& file, bool dense) {
   HParams p;
   p.model_type = h.value("model_type", std::string());
+  p.arch = dense ? "qwen35" : "qwen35moe";
   p.n_layer = req_int(h, "num_hidden_layers", file);
   p.n_embd = req_int(h, "hidden_size", file);
   p.n_vocab = req_int(h, "vocab_size", file);
   p.n_head = req_int(h, "num_attention_heads", file);
   p.n_head_kv = req_int(h, "num_key_value_heads", file);
   p.head_dim = h.contains("head_dim") ? req_int(h, "head_dim", file) : p.n_embd / p.n_head;
-  p.n_expert = req_int(h, "num_experts", file);
-  p.n_expert_used = req_int(h, "num_experts_per_tok", file);
-  p.n_ff_exp = req_int(h, "moe_intermediate_size", file);
-  p.n_ff_shexp = req_int(h, "shared_expert_intermediate_size", file);
+  if (dense) {
+    p.n_ff = req_int(h, "intermediate_size", file);
+  } else {
+    p.n_expert = req_int(h, "num_experts", file);
+    p.n_expert_used = req_int(h, "num_experts_per_tok", file);
+    p.n_ff_exp = req_int(h, "moe_intermediate_size", file);
+    p.n_ff_shexp = req_int(h, "shared_expert_intermediate_size", file);
+  }
   p.ssm_conv_kernel = req_int(h, "linear_conv_kernel_dim", file);
   p.ssm_k_heads = req_int(h, "linear_num_key_heads", file);
   p.ssm_v_heads = req_int(h, "linear_num_value_heads", file);
@@ -125,12 +130,14 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   OJson top = read_json_file(cfg);
   if (!top.is_object()) fail("%s: not a JSON object", cfg.c_str());
   const std::string mt = top.value("model_type", std::string());
-  if (mt != "qwen3_5_moe" && mt != "qwen3_5_moe_text")
-    fail("%s: model_type '%s' is not supported (supported: qwen3_5_moe, qwen3_5_moe_text)", cfg.c_str(), mt.c_str());
+  const bool dense = mt == "qwen3_5" || mt == "qwen3_5_text";
+  if (mt != "qwen3_5_moe" && mt != "qwen3_5_moe_text" && !dense)
+    fail("%s: model_type '%s' is not supported (supported: qwen3_5_moe, qwen3_5_moe_text, qwen3_5, qwen3_5_text)",
+         cfg.c_str(), mt.c_str());
   c.hparams = top;
   if (top.contains("text_config") && top["text_config"].is_object())
     for (auto& [k, v] : top["text_config"].items()) c.hparams[k] = v;
-  c.hp = read_hparams(c.hparams, cfg);
+  c.hp = read_hparams(c.hparams, cfg, dense);
   c.hp.model_type = mt;
 
   std::set<std::string> index_names;

@@ -1,4 +1,4 @@
-// A Hugging Face Qwen3.5-MoE checkpoint directory: config.json (text_config merged over the top level, as
+// A Hugging Face Qwen3.5-MoE or dense Qwen3.5 checkpoint directory: config.json (text_config merged over the top level, as
 // llama.cpp's converter does), the safetensors files (one file or shards listed by model.safetensors.index.json)
 // and the tokenizer files. Everything is validated before any tensor data is read.
 // Non-goals: pickle (.bin) checkpoints, remote downloads, other architectures.
@@ -18,7 +18,10 @@ using OJson = nlohmann::ordered_json;
 
 // Geometry read from config.json (names follow the GGUF keys they feed).
 struct HParams {
-  std::string model_type;  // "qwen3_5_moe" or "qwen3_5_moe_text"
+  std::string model_type;  // "qwen3_5_moe", "qwen3_5_moe_text" (GGUF qwen35moe) or "qwen3_5", "qwen3_5_text" (qwen35)
+  std::string arch = "qwen35moe";  // the GGUF architecture written
+  int64_t n_ff = 0;                // dense FFN width (qwen35: intermediate_size)
+  bool dense() const { return arch == "qwen35"; }
   int64_t n_layer = 0, n_embd = 0, n_vocab = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
   int64_t ssm_conv_kernel = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_k_dim = 0, ssm_v_dim = 0;

@@ -153,6 +153,7 @@ std::string size_label(const Plan& plan) {
 KeyValues build_metadata(const Checkpoint& ck, const Plan& plan, FileType ft, const std::string& name,
                          const VocabOptions& vo) {
   Ctx c;
+  c.arch = ck.hp.arch;
   c.add("general.architecture", gguf::Node::str(c.arch));
   c.add("general.type", gguf::Node::str("model"));
   c.add("general.name", gguf::Node::str(name));

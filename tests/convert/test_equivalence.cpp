@@ -1,5 +1,5 @@
 // tern convert vs llama.cpp's convert_hf_to_gguf.py on the same committed checkpoints
-// (tools/make_convert_fixtures.py; q35-ratio, odd, and the 2.4T shape cut to 8 layers): same metadata keys in
+// (tools/make_convert_fixtures.py; q35-ratio, odd, the 2.4T shape cut to 8 layers, and dense Qwen3.5 dense-tiny): same metadata keys in
 // the same order with the same values (general.name aside: a provenance key, docs/CONVERT.md), same tensors in
 // the same order with the same types and shapes, byte-identical tensor data, and tern's forward gives identical
 // logits on both files.
@@ -110,7 +110,8 @@ TEST_P(Equivalence, MatchesLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Equivalence,
                          ::testing::Values(Case{"q35-ratio", "bf16"}, Case{"q35-ratio", "q8_0"}, Case{"odd", "f32"},
-                                           Case{"odd", "f16"}, Case{"q24t-shape-first8", "bf16"}),
+                                           Case{"odd", "f16"}, Case{"q24t-shape-first8", "bf16"},
+                                           Case{"dense-tiny", "bf16"}),
                          [](const auto& i) {
                            std::string s = std::string(i.param.preset) + "_" + i.param.type;
                            for (char& ch : s) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
