@@ -175,6 +175,14 @@ Classified classify(const std::string& full, const HParams& hp, bool keep_mtp) {
       return c;
     }
     c.layer = L;
+    const bool dense_rule = r.shape_id == kShFdH || r.shape_id == kShHFd;
+    const bool moe_rule = r.shape_id == kShEH || r.shape_id == kShE2FH || r.shape_id == kShEHF || r.shape_id == kShFH ||
+                          r.shape_id == kShHF || r.shape_id == kShFsH || r.shape_id == kShHFs || r.shape_id == kSh1H;
+    if ((dense_rule && !hp.dense()) || (moe_rule && hp.dense())) {
+      c.cls = TensorClass::kUnknown;
+      c.why = hp.dense() ? "MoE tensor in a dense model" : "dense FFN tensor in an MoE model";
+      return c;
+    }
     const bool recurrent = L >= 0 && L < hp.n_layer && hp.recurrent[static_cast<size_t>(L)];
     if ((r.scope == S::kLinear && !recurrent) || (r.scope == S::kFull && recurrent && !mtp)) {
       c.cls = TensorClass::kUnknown;

@@ -124,6 +124,16 @@ TEST(Contract, EveryRuleIsPinned) {
                         "model.layers.0.mlp.experts.3.down_proj.weight", "model.layers.0.mlp.experts.gate_up_proj.weight",
                         "model.layers.0.mlp.experts.down_proj.weight"})
     used.insert(classify(n, h, true).rule);
+  // Dense Qwen3.5 (qwen35): its FFN names, and they are refused in an MoE model (and the MoE names in a dense one).
+  HParams dense = h;
+  dense.arch = "qwen35";
+  for (const char* n : {"model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                        "model.layers.0.mlp.down_proj.weight"}) {
+    used.insert(classify(n, dense, true).rule);
+    EXPECT_EQ(classify(n, dense, true).cls, TensorClass::kConvert) << n;
+    EXPECT_EQ(classify(n, h, true).cls, TensorClass::kUnknown) << n;
+  }
+  EXPECT_EQ(classify("model.layers.0.mlp.gate.weight", dense, true).cls, TensorClass::kUnknown);
   for (const Rule& r : qwen35moe_rules()) EXPECT_TRUE(used.count(&r)) << "rule not exercised: " << r.hf;
 }
 
