@@ -15,6 +15,7 @@ Outputs:
                                  heads) cut to its first 8 layers (the converter treats every layer alike; 92 layers
                                  would not fit the repo), BF16, in the multimodal fused layout like odd
   tests/fixtures/hf/dense-tiny/  dense Qwen3.5 (Qwen3_5ForCausalLM, GGUF qwen35), BF16, text-only names
+  tests/fixtures/hf/next-tiny/   Qwen3-Next (Qwen3NextForCausalLM, GGUF qwen3next), BF16, per-expert keys
   tests/fixtures/convert/<name>.<type>.gguf   llama.cpp conversions (--no-mtp) of the committed checkpoints
 
 BF16 keeps the committed checkpoints small; llama.cpp widens BF16 to F32 before its transforms, as tern does.
@@ -38,6 +39,7 @@ PLAN = {  # committed name -> (source preset, llama.cpp output types to commit, 
     "odd": ("odd", ["f32", "f16"], None, True),
     "q24t-shape-first8": ("q24t-shape", ["bf16"], 8, True),
     "dense-tiny": ("dense-tiny", ["bf16"], None, False),  # dense Qwen3.5 (qwen35), text-only names
+    "next-tiny": ("next-tiny", ["bf16"], None, False),    # Qwen3-Next (qwen3next): fused in_proj_qkvz / in_proj_ba
 }
 # Names are chosen so gguf-py's directory-name heuristic derives no general.basename / finetune from them
 # (provenance keys tern does not write; "q24t-shape-8l" would give basename "q24t-shape", finetune "8l").

@@ -5,7 +5,7 @@ own Qwen3_5ForCausalLM fixtures exist (issue 15):
   q35-dense.f16.gguf  arch qwen35: q35-ratio's trunk (embeddings, attention, DeltaNet, norms, head) with a dense
                       SwiGLU FFN per layer whose gate/up/down are one of that layer's routed experts (expert
                       il % n_expert), width feed_forward_length = expert_feed_forward_length.
-  q35-dense.q8_0.gguf, q35-dense.q4_k_m.gguf   llama.cpp's quantizer (llama-quantize from bench/llama_tools.sh's
+  q35-dense.q8_0.gguf   llama.cpp's quantizer (llama-quantize from bench/llama_tools.sh's
                       build, or --quantize) on the F16 file.
   q35-moe1.f16.gguf   arch qwen35moe with the same weights as one routed expert, top-1, no shared expert: softmax
                       over one router logit is 1, so it must compute exactly what q35-dense computes (the
@@ -13,9 +13,9 @@ own Qwen3_5ForCausalLM fixtures exist (issue 15):
   q35-next.f16.gguf   arch qwen3next: q35-ratio's weights in Qwen3-Next's layout (value heads in grouped order,
                       HF's, instead of the tiled order a qwen35moe GGUF holds; beta and alpha fused per key head into
                       ssm_ba), so it computes what q35-ratio computes (the tern test checks it).
-  q35-next.{q8_0,q4_k_m}.gguf   llama-quantize on it.
-  <preset>/ref_llamacpp_<type>.json + bins   llama.cpp's teacher-forced logits (llama-cpp-python) on q35-dense and
-                      q35-next for q35-ratio's reference prompts, in tools/fixturelib/refs.py's layout.
+  q35-next.q8_0.gguf  llama-quantize on it.
+  <preset>/ref_llamacpp_q8_0.json + bins   llama.cpp's teacher-forced logits (llama-cpp-python) on the Q8_0 files
+                      for q35-ratio's reference prompts (quantized qwen35/qwen3next agreement; ~60 MB fixture budget), in tools/fixturelib/refs.py's layout.
 
 usage: python tools/make_dense_fixture.py [--quantize PATH/llama-quantize]
 """
@@ -156,8 +156,8 @@ def main() -> None:
     derive(True, dense_f16)
     derive(False, MODELS / "q35-moe1.f16.gguf")
     derive_next(MODELS / "q35-next.f16.gguf")
-    types = ["f16"]
-    for t, ftype in (("q8_0", "Q8_0"), ("q4_k_m", "Q4_K_M")):
+    types = []  # F16 is covered against transformers and llama.cpp by next-tiny / dense-tiny (tools/make_fixtures.py)
+    for t, ftype in (("q8_0", "Q8_0"),):
         for preset in ("q35-dense", "q35-next"):
             dst = MODELS / f"{preset}.{t}.gguf"
             subprocess.run([str(a.quantize), str(MODELS / f"{preset}.f16.gguf"), str(dst), ftype], check=True,

@@ -15,7 +15,7 @@ namespace {
 
 enum Shape : int {
   kShH, kShVH, kShEH, kShE2FH, kShEHF, kShFH, kShHF, kShFsH, kShHFs, kSh1H, kShQ, kShKV, kShO, kShHd,
-  kShQkv, kShZ, kShHvH, kShConv, kShHv, kShDv, kShOut, kShFc, kShFdH, kShHFd,
+  kShQkv, kShZ, kShHvH, kShConv, kShHv, kShDv, kShOut, kShFc, kShFdH, kShHFd, kShQkvz, kShBa,
 };
 
 using S = TensorScope;
@@ -59,6 +59,9 @@ const std::vector<Rule> kRules = {
     {"layers.{L}.linear_attn.in_proj_z.weight", "blk.{L}.attn_gate.weight", S::kLinear, X::kNone, R::kRows, kShZ},
     {"layers.{L}.linear_attn.in_proj_b.weight", "blk.{L}.ssm_beta.weight", S::kLinear, X::kNone, R::kRowsHead1, kShHvH},
     {"layers.{L}.linear_attn.in_proj_a.weight", "blk.{L}.ssm_alpha.weight", S::kLinear, X::kNone, R::kRowsHead1, kShHvH},
+    // Qwen3-Next's fused in-projections (value heads stay in HF's grouped order: no reorder).
+    {"layers.{L}.linear_attn.in_proj_qkvz.weight", "blk.{L}.attn_qkv.weight", S::kLinear, X::kNone, R::kNone, kShQkvz},
+    {"layers.{L}.linear_attn.in_proj_ba.weight", "blk.{L}.ssm_ba.weight", S::kLinear, X::kNone, R::kNone, kShBa},
     {"layers.{L}.linear_attn.conv1d.weight", "blk.{L}.ssm_conv1d.weight", S::kLinear, X::kNone, R::kConvRows, kShConv},
     {"layers.{L}.linear_attn.dt_bias", "blk.{L}.ssm_dt.bias", S::kLinear, X::kNone, R::kVec, kShHv},
     {"layers.{L}.linear_attn.A_log", "blk.{L}.ssm_a", S::kLinear, X::kNegExp, R::kVec, kShHv},
@@ -135,6 +138,8 @@ std::vector<int64_t> expected_shape(const Rule& r, const HParams& h) {
     case kShFc: return {H, 2 * H};
     case kShFdH: return {h.n_ff, H};
     case kShHFd: return {H, h.n_ff};
+    case kShQkvz: return {h.conv_dim() + h.ssm_v_heads * h.ssm_v_dim, H};
+    case kShBa: return {2 * h.ssm_v_heads, H};
   }
   return {};
 }
@@ -181,6 +186,13 @@ Classified classify(const std::string& full, const HParams& hp, bool keep_mtp) {
     if ((dense_rule && !hp.dense()) || (moe_rule && hp.dense())) {
       c.cls = TensorClass::kUnknown;
       c.why = hp.dense() ? "MoE tensor in a dense model" : "dense FFN tensor in an MoE model";
+      return c;
+    }
+    const bool next_rule = r.shape_id == kShQkvz || r.shape_id == kShBa;
+    const bool split_rule = r.shape_id == kShQkv || r.shape_id == kShZ || r.shape_id == kShHvH;
+    if ((next_rule && !hp.next()) || (split_rule && hp.next())) {
+      c.cls = TensorClass::kUnknown;
+      c.why = hp.next() ? "Qwen3.5 in-projection in a Qwen3-Next model" : "Qwen3-Next in-projection in a Qwen3.5 model";
       return c;
     }
     const bool recurrent = L >= 0 && L < hp.n_layer && hp.recurrent[static_cast<size_t>(L)];
@@ -274,7 +286,7 @@ Plan make_plan(const Checkpoint& ck, bool keep_mtp) {
     t.name = c.gguf;
     t.layer = c.layer;
     t.xform = r.xform;
-    t.reorder = hp.ssm_k_heads != hp.ssm_v_heads ? r.reorder : Reorder::kNone;
+    t.reorder = hp.ssm_k_heads != hp.ssm_v_heads && !hp.next() ? r.reorder : Reorder::kNone;
     t.shape = s->info->shape;
     t.srcs = {s};
     if (c.expert >= 0) {
@@ -313,6 +325,17 @@ Plan make_plan(const Checkpoint& ck, bool keep_mtp) {
       emit(std::move(up), s);
       continue;
     }
+    if (r.shape_id == kShQkvz) {  // in_proj_qkvz -> attn_qkv [conv_dim, H], attn_gate [value_dim, H]
+      t.shape = {hp.conv_dim(), hp.n_embd};
+      t.combine = Combine::kSplitQkv;
+      OutTensor z = t;
+      z.name = "blk." + std::to_string(c.layer) + ".attn_gate.weight";
+      z.shape = {hp.ssm_v_heads * hp.ssm_v_dim, hp.n_embd};
+      z.combine = Combine::kSplitZ;
+      emit(std::move(t), s);
+      emit(std::move(z), s);
+      continue;
+    }
     if (r.shape_id == kShConv) t.shape = {t.shape[0], t.shape[2]};  // squeeze [C, 1, K] -> [C, K]
     emit(std::move(t), s);
   }
@@ -339,7 +362,11 @@ Plan make_plan(const Checkpoint& ck, bool keep_mtp) {
                             "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
                             "ffn_gate_inp_shexp.weight"})
         need(b + n);
-    if (rec)
+    if (rec && hp.next())
+      for (const char* n : {"attn_qkv.weight", "attn_gate.weight", "ssm_ba.weight", "ssm_conv1d.weight", "ssm_dt.bias",
+                            "ssm_a", "ssm_norm.weight", "ssm_out.weight"})
+        need(b + n);
+    else if (rec)
       for (const char* n : {"attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight",
                             "ssm_conv1d.weight", "ssm_dt.bias", "ssm_a", "ssm_norm.weight", "ssm_out.weight"})
         need(b + n);

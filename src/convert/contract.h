@@ -37,7 +37,9 @@ enum class Reorder : uint8_t {
 enum class TensorScope : uint8_t { kGlobal, kAny, kLinear, kFull, kMtpHead };
 
 // How the source tensors of one GGUF tensor are combined.
-enum class Combine : uint8_t { kSingle, kSplitGate, kSplitUp, kStackExperts };
+// kSplitQkv / kSplitZ: Qwen3-Next's in_proj_qkvz, rows per key head [q dk | k dk | v R*dv | z R*dv], into
+// attn_qkv [all q | all k | all v] and attn_gate [all z] (llama.cpp Qwen3NextModel.modify_tensors).
+enum class Combine : uint8_t { kSingle, kSplitGate, kSplitUp, kStackExperts, kSplitQkv, kSplitZ };
 
 struct Rule {
   const char* hf;    // pattern after the prefix: "layers.{L}.mlp.experts.{E}.down_proj.weight"

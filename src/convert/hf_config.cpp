@@ -131,14 +131,15 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   if (!top.is_object()) fail("%s: not a JSON object", cfg.c_str());
   const std::string mt = top.value("model_type", std::string());
   const bool dense = mt == "qwen3_5" || mt == "qwen3_5_text";
-  if (mt != "qwen3_5_moe" && mt != "qwen3_5_moe_text" && !dense)
-    fail("%s: model_type '%s' is not supported (supported: qwen3_5_moe, qwen3_5_moe_text, qwen3_5, qwen3_5_text)",
-         cfg.c_str(), mt.c_str());
+  if (mt != "qwen3_5_moe" && mt != "qwen3_5_moe_text" && !dense && mt != "qwen3_next")
+    fail("%s: model_type '%s' is not supported (supported: qwen3_5_moe, qwen3_5_moe_text, qwen3_5, qwen3_5_text, "
+         "qwen3_next)", cfg.c_str(), mt.c_str());
   c.hparams = top;
   if (top.contains("text_config") && top["text_config"].is_object())
     for (auto& [k, v] : top["text_config"].items()) c.hparams[k] = v;
   c.hp = read_hparams(c.hparams, cfg, dense);
   c.hp.model_type = mt;
+  if (mt == "qwen3_next") c.hp.arch = "qwen3next";
 
   std::set<std::string> index_names;
   std::map<std::string, size_t> seen;

@@ -22,6 +22,7 @@ struct HParams {
   std::string arch = "qwen35moe";  // the GGUF architecture written
   int64_t n_ff = 0;                // dense FFN width (qwen35: intermediate_size)
   bool dense() const { return arch == "qwen35"; }
+  bool next() const { return arch == "qwen3next"; }  // Qwen3-Next: fused in_proj_qkvz / in_proj_ba, V heads grouped
   int64_t n_layer = 0, n_embd = 0, n_vocab = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
   int64_t ssm_conv_kernel = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_k_dim = 0, ssm_v_dim = 0;

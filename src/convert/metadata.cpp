@@ -125,7 +125,7 @@ void add_hparams(Ctx& c, const Checkpoint& ck, const Plan& plan, FileType ft) {
   c.u32("full_attention_interval", static_cast<uint32_t>(hp.full_attention_interval));
   const double prf = rope.contains("partial_rotary_factor") ? rope["partial_rotary_factor"].get<double>() : 0.25;
   c.u32("rope.dimension_count", static_cast<uint32_t>(static_cast<int64_t>(static_cast<double>(hp.head_dim) * prf)));
-  if (!rope.contains("mrope_section")) {
+  if (!rope.contains("mrope_section") && !hp.next()) {  // Qwen3-Next has plain RoPE (no MRoPE mixin)
     const std::vector<int32_t> def = {11, 11, 10, 0};  // llama.cpp _Qwen35MRopeMixin default
     c.add(c.arch + ".rope.dimension_sections", gguf::Node::array_of<int32_t>(def));
   }

@@ -85,6 +85,24 @@ void materialize(const OutTensor& t, const HParams& hp, std::vector<float>& out)
       for (size_t e = 0; e < t.srcs.size(); ++e) read_floats(*t.srcs[e]->info, x + static_cast<int64_t>(e) * per, 0, per);
       break;
     }
+    case Combine::kSplitQkv:
+    case Combine::kSplitZ: {  // source rows per key head g: [q dk | k dk | v R*dv | z R*dv], each row n_embd wide
+      const int64_t H = hp.n_embd, hk = hp.ssm_k_heads, dk = hp.ssm_k_dim;
+      const int64_t vr = (hp.ssm_v_heads / hk) * hp.ssm_v_dim, blk = 2 * dk + 2 * vr;
+      int64_t row = 0;
+      auto take = [&](int64_t g, int64_t off, int64_t rows) {
+        read_floats(*t.srcs[0]->info, x + row * H, (g * blk + off) * H, rows * H);
+        row += rows;
+      };
+      if (t.combine == Combine::kSplitQkv) {
+        for (int64_t g = 0; g < hk; ++g) take(g, 0, dk);
+        for (int64_t g = 0; g < hk; ++g) take(g, dk, dk);
+        for (int64_t g = 0; g < hk; ++g) take(g, 2 * dk, vr);
+      } else {
+        for (int64_t g = 0; g < hk; ++g) take(g, 2 * dk + vr, vr);
+      }
+      break;
+    }
     case Combine::kSplitGate:
     case Combine::kSplitUp: {  // source [E, 2F, H]; this half [E, F, H]
       const int64_t E = t.shape[0], half = t.shape[1] * t.shape[2];

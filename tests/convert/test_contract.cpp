@@ -134,6 +134,15 @@ TEST(Contract, EveryRuleIsPinned) {
     EXPECT_EQ(classify(n, h, true).cls, TensorClass::kUnknown) << n;
   }
   EXPECT_EQ(classify("model.layers.0.mlp.gate.weight", dense, true).cls, TensorClass::kUnknown);
+  // Qwen3-Next (qwen3next): its fused in-projections, refused in a Qwen3.5 model (and Qwen3.5's split ones in it).
+  HParams next = h;
+  next.arch = "qwen3next";
+  for (const char* n : {"model.layers.0.linear_attn.in_proj_qkvz.weight", "model.layers.0.linear_attn.in_proj_ba.weight"}) {
+    used.insert(classify(n, next, true).rule);
+    EXPECT_EQ(classify(n, next, true).cls, TensorClass::kConvert) << n;
+    EXPECT_EQ(classify(n, h, true).cls, TensorClass::kUnknown) << n;
+  }
+  EXPECT_EQ(classify("model.layers.0.linear_attn.in_proj_qkv.weight", next, true).cls, TensorClass::kUnknown);
   for (const Rule& r : qwen35moe_rules()) EXPECT_TRUE(used.count(&r)) << "rule not exercised: " << r.hf;
 }
 

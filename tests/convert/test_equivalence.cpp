@@ -1,11 +1,14 @@
 // tern convert vs llama.cpp's convert_hf_to_gguf.py on the same committed checkpoints
-// (tools/make_convert_fixtures.py; q35-ratio, odd, the 2.4T shape cut to 8 layers, and dense Qwen3.5 dense-tiny): same metadata keys in
+// (tools/make_convert_fixtures.py; q35-ratio, odd, the 2.4T shape cut to 8 layers, dense Qwen3.5 dense-tiny and
+// Qwen3-Next next-tiny): same metadata keys in
 // the same order with the same values (general.name aside: a provenance key, docs/CONVERT.md), same tensors in
 // the same order with the same types and shapes, byte-identical tensor data, and tern's forward gives identical
 // logits on both files.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <string_view>
 #include <filesystem>
 #include <string>
 
@@ -76,7 +79,18 @@ void expect_equivalent(const std::string& ours_path, const std::string& ref_path
     ASSERT_EQ(a.type, b.type) << a.name;
     ASSERT_EQ(a.shape_str(), b.shape_str()) << a.name;
     ASSERT_EQ(a.n_bytes, b.n_bytes) << a.name;
-    // Bit-exact: F32/F16/BF16 are conversions of the same floats and Q8_0 is ggml's reference quantizer.
+    // Bit-exact: F32/F16/BF16 are conversions of the same floats and Q8_0 is ggml's reference quantizer. The one
+    // exception is ssm_a = -exp(A_log): llama.cpp computes it with torch's vectorised exp, which is not correctly
+    // rounded (SLEEF, up to 1 ulp), tern with the correctly rounded expf, so an element may differ by 1 ulp.
+    if (std::string_view(a.name).ends_with("ssm_a") && a.type == quant::Type::F32) {
+      for (int64_t i = 0; i < static_cast<int64_t>(a.n_bytes / 4); ++i) {
+        int32_t ia, ib;
+        std::memcpy(&ia, a.data + 4 * i, 4);
+        std::memcpy(&ib, b.data + 4 * i, 4);
+        EXPECT_LE(std::abs(ia - ib), 1) << a.name << "[" << i << "]: more than 1 ulp apart";
+      }
+      continue;
+    }
     EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name << " (" << quant::type_name(a.type) << ")";
   }
 }
@@ -102,16 +116,19 @@ TEST_P(Equivalence, MatchesLlamaCpp) {
   const std::string ref = fixtures() + "/convert/" + c.preset + "." + c.type + ".gguf";
   const std::string ours = convert_to(c.preset, c.type);
   expect_equivalent(ours, ref);
-  // Same bytes must give the same forward; checked end to end anyway (exact: same weights, same code).
+  // Same bytes must give the same forward; checked end to end anyway (same weights, same code: exact, but for a
+  // 1-ulp ssm_a, which moves the logits by rounding only).
   const std::vector<int32_t> toks = {1, 17, 42, 5, 99, 3, 250, 7};
-  EXPECT_EQ(logits(ours, toks), logits(ref, toks));
+  const std::vector<float> la = logits(ours, toks), lb = logits(ref, toks);
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-5 * (1 + std::fabs(lb[i]))) << i;
   fs::remove(ours);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Equivalence,
                          ::testing::Values(Case{"q35-ratio", "bf16"}, Case{"q35-ratio", "q8_0"}, Case{"odd", "f32"},
                                            Case{"odd", "f16"}, Case{"q24t-shape-first8", "bf16"},
-                                           Case{"dense-tiny", "bf16"}),
+                                           Case{"dense-tiny", "bf16"}, Case{"next-tiny", "bf16"}),
                          [](const auto& i) {
                            std::string s = std::string(i.param.preset) + "_" + i.param.type;
                            for (char& ch : s) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
