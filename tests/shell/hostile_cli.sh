@@ -15,7 +15,9 @@ trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 # Sanitizer builds reserve terabytes of address space and start slower: no ulimit -v, a longer timeout.
 limit_kb=$((1024 * 1024))
 secs=1
-if nm "$tern" 2>/dev/null | grep -q __asan_init || ldd "$tern" 2>/dev/null | grep -q libasan; then
+# (grep -c reads all its input: with pipefail, grep -q's early exit can SIGPIPE nm or ldd and fail the pipeline, which
+# once left an ASan binary under the 1 GiB limit.)
+if [ "$(nm "$tern" 2>/dev/null | grep -c __asan_init)" -gt 0 ] || [ "$(ldd "$tern" 2>/dev/null | grep -c libasan)" -gt 0 ]; then
   limit_kb=unlimited
   secs=10
 fi
