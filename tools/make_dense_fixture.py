@@ -60,6 +60,14 @@ def copy_field(w: gguf.GGUFWriter, key: str, f: gguf.ReaderField) -> None:
         w.add_key_value(key, v, t)
 
 
+def finish(w: gguf.GGUFWriter, dst: Path) -> None:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"{dst}: {dst.stat().st_size} bytes")
+
+
 def derive(dense: bool, dst: Path) -> None:
     r = gguf.GGUFReader(SRC)
     src_arch = "qwen35moe"
@@ -100,11 +108,7 @@ def derive(dense: bool, dst: Path) -> None:
                     data = data[None]
         assert t.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16), name
         w.add_tensor(name, np.ascontiguousarray(data))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    print(f"{dst}: {dst.stat().st_size} bytes")
+    finish(w, dst)
 
 
 def derive_next(dst: Path) -> None:
@@ -141,11 +145,7 @@ def derive_next(dst: Path) -> None:
                                    for g in range(hk)])
             name = name.replace("ssm_beta", "ssm_ba")
         w.add_tensor(name, np.ascontiguousarray(data))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    print(f"{dst}: {dst.stat().st_size} bytes")
+    finish(w, dst)
 
 
 def main() -> None:

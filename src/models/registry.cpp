@@ -13,16 +13,18 @@ struct Architecture {
   std::unique_ptr<Model> (*load)(std::unique_ptr<gguf::File> file);
 };
 
-// One line per architecture.
+template <typename ShapeT, typename ModelT>
+constexpr Architecture family(const char* name) {
+  return {name, [](const gguf::File& f) -> std::unique_ptr<ModelShape> { return std::make_unique<ShapeT>(f); },
+          [](std::unique_ptr<gguf::File> f) -> std::unique_ptr<Model> { return std::make_unique<ModelT>(std::move(f)); }};
+}
+
+// One line per architecture. The Qwen3.5 family lives in models/qwen35moe: Qwen3-Next is its computation with value
+// heads in grouped order and beta/alpha fused (Config::deltanet()), dense Qwen3.5 its trunk with a dense FFN.
 const Architecture kArchitectures[] = {
-    {"qwen35moe", [](const gguf::File& f) -> std::unique_ptr<ModelShape> { return std::make_unique<qwen35moe::Shape>(f); },
-     [](std::unique_ptr<gguf::File> f) -> std::unique_ptr<Model> { return std::make_unique<qwen35moe::LoadedModel>(std::move(f)); }},
-    // Qwen3-Next: the qwen35moe computation, value heads in grouped order, beta/alpha fused (Config::deltanet()).
-    {"qwen3next", [](const gguf::File& f) -> std::unique_ptr<ModelShape> { return std::make_unique<qwen35moe::Shape>(f); },
-     [](std::unique_ptr<gguf::File> f) -> std::unique_ptr<Model> { return std::make_unique<qwen35moe::LoadedModel>(std::move(f)); }},
-    // Dense Qwen3.5: the same trunk with a dense SwiGLU FFN (models/qwen35moe, Config::dense()).
-    {"qwen35", [](const gguf::File& f) -> std::unique_ptr<ModelShape> { return std::make_unique<qwen35moe::Shape>(f); },
-     [](std::unique_ptr<gguf::File> f) -> std::unique_ptr<Model> { return std::make_unique<qwen35moe::LoadedModel>(std::move(f)); }},
+    family<qwen35moe::Shape, qwen35moe::LoadedModel>("qwen35moe"),
+    family<qwen35moe::Shape, qwen35moe::LoadedModel>("qwen3next"),
+    family<qwen35moe::Shape, qwen35moe::LoadedModel>("qwen35"),
 };
 
 const Architecture& find(const gguf::File& f) {

@@ -355,6 +355,16 @@ TEST_P(ModelFixture, ExpertCacheSizeIsChecked) {
   EXPECT_THROW(ExpertStore(*model, model->config.n_expert + 1), Error);
 }
 
+// Largest |a - b| and largest |b| over two logit arrays of one size.
+static std::pair<double, double> max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double max_err = 0, max_ref = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(double(b[i])));
+    max_err = std::max(max_err, std::fabs(double(a[i]) - double(b[i])));
+  }
+  return {max_err, max_ref};
+}
+
 // Dense Qwen3.5 (arch qwen35, tools/make_dense_fixture.py) against the same weights as a qwen35moe model with one
 // routed expert, top-1 and no shared expert: softmax over a single router logit is exactly 1, so the MoE block
 // computes the dense SwiGLU FFN and only the summation paths differ (tolerance: f32 rounding, 1e-5 relative).
@@ -373,11 +383,7 @@ TEST(DenseQwen35, EqualsTheOneExpertMoe) {
     for (int i = 0; i < 70; ++i) toks.push_back((i * 37 + 11) % static_cast<int32_t>(dense->config.n_vocab));
     const std::vector<float> a = teacher_forced(*dense, toks), b = teacher_forced(*moe1, toks);
     ASSERT_EQ(a.size(), b.size());
-    double max_ref = 0, max_err = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      max_ref = std::max(max_ref, std::fabs(double(b[i])));
-      max_err = std::max(max_err, std::fabs(double(a[i]) - double(b[i])));
-    }
+    const auto [max_err, max_ref] = max_abs_diff(a, b);
     std::printf("[dense vs one-expert MoE%s] max |dlogit| %.3g (max |logit| %.3g)\n", repack ? ", repacked" : "",
                 max_err, max_ref);
     EXPECT_LE(max_err, 1e-5 * (1 + max_ref));
@@ -398,11 +404,7 @@ TEST(Qwen3Next, EqualsTheSameWeightsInQwen35MoeLayout) {
   for (int i = 0; i < 70; ++i) toks.push_back((i * 41 + 3) % static_cast<int32_t>(next->config.n_vocab));
   const std::vector<float> a = teacher_forced(*next, toks), b = teacher_forced(*ratio, toks);
   ASSERT_EQ(a.size(), b.size());
-  double max_ref = 0, max_err = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    max_ref = std::max(max_ref, std::fabs(double(b[i])));
-    max_err = std::max(max_err, std::fabs(double(a[i]) - double(b[i])));
-  }
+  const auto [max_err, max_ref] = max_abs_diff(a, b);
   std::printf("[qwen3next vs qwen35moe layout] max |dlogit| %.3g (max |logit| %.3g)\n", max_err, max_ref);
   EXPECT_LE(max_err, 1e-5 * (1 + max_ref));
   EXPECT_EQ(greedy(*next, {1, 2, 3, 4, 5}, 24, ops::KvType::kF32), greedy(*ratio, {1, 2, 3, 4, 5}, 24, ops::KvType::kF32));
