@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "formats/gguf.h"
 #include "models/dump.h"
 #include "models/sequence_state.h"
@@ -68,6 +69,9 @@ class ModelShape {
 
 class Model : public ModelShape {
  public:
+  // Where the weights, forward scratch and sequence states live and the forward runs; sequence states for this
+  // model are made on it (SequenceState(model.backend(), model.state_shape(), ...)).
+  virtual backend::Backend& backend() = 0;
   // Repacks the matrices in `scope` into the kernels' layout and gives back the file pages they came from. Once,
   // before start().
   virtual RepackReport repack(RepackScope scope) = 0;

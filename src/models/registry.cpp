@@ -10,13 +10,15 @@ namespace {
 struct Architecture {
   const char* name;  // general.architecture
   std::unique_ptr<ModelShape> (*describe)(const gguf::File& f);
-  std::unique_ptr<Model> (*load)(std::unique_ptr<gguf::File> file);
+  std::unique_ptr<Model> (*load)(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be);
 };
 
 template <typename ShapeT, typename ModelT>
 constexpr Architecture family(const char* name) {
   return {name, [](const gguf::File& f) -> std::unique_ptr<ModelShape> { return std::make_unique<ShapeT>(f); },
-          [](std::unique_ptr<gguf::File> f) -> std::unique_ptr<Model> { return std::make_unique<ModelT>(std::move(f)); }};
+          [](std::unique_ptr<gguf::File> f, std::unique_ptr<backend::Backend> be) -> std::unique_ptr<Model> {
+            return std::make_unique<ModelT>(std::move(f), std::move(be));
+          }};
 }
 
 // One line per architecture. The Qwen3.5 family lives in models/qwen35moe: Qwen3-Next is its computation with value
@@ -46,10 +48,10 @@ std::vector<std::string> supported_architectures() {
 
 std::unique_ptr<ModelShape> describe_model(const gguf::File& f) { return find(f).describe(f); }
 
-std::unique_ptr<Model> load_model(const std::string& path) {
+std::unique_ptr<Model> load_model(const std::string& path, std::unique_ptr<backend::Backend> be) {
   auto f = std::make_unique<gguf::File>(gguf::File::open(path));
   const Architecture& a = find(*f);
-  return a.load(std::move(f));
+  return a.load(std::move(f), std::move(be));
 }
 
 }  // namespace tern::models

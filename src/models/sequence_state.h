@@ -1,12 +1,15 @@
 // A sequence's state, for any hybrid model: per layer, a KV cache for attention layers (f32 or f16,
 // [n_head_kv, n_ctx, head_dim] for K and for V) and, for recurrent layers, a conv state and a recurrent state (f32,
-// sizes the model says). Models describe the geometry (StateShape); the runtime, the scheduler and the prefix cache
-// hold and snapshot states without knowing the model. Layout: docs/STATE_LAYOUT.md.
+// sizes the model says), each a buffer of the model's backend (kState). Models describe the geometry (StateShape);
+// the runtime, the scheduler and the prefix cache hold and snapshot states (Buffer::read / write) without knowing
+// the model. Layout: docs/STATE_LAYOUT.md.
 // The context size is fixed at creation; a forward that would pass it is refused (never overwritten).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "backend/backend.h"
 #include "ops/attention.h"
 
 namespace tern::models {
@@ -20,14 +23,14 @@ struct LayerStateShape {
 using StateShape = std::vector<LayerStateShape>;  // [n_layer]
 
 struct LayerState {
-  std::vector<uint8_t> k, v;   // attention layers: KV cache bytes
-  std::vector<float> conv;     // recurrent layers: conv state
-  std::vector<float> ssm;      // recurrent layers: recurrent state
+  std::unique_ptr<backend::Buffer> k, v;   // attention layers: KV cache bytes (null elsewhere)
+  std::unique_ptr<backend::Buffer> conv;   // recurrent layers: conv state, f32 (null elsewhere)
+  std::unique_ptr<backend::Buffer> ssm;    // recurrent layers: recurrent state, f32 (null elsewhere)
 };
 
 class SequenceState {
  public:
-  SequenceState(StateShape shape, int64_t n_ctx, ops::KvType kv_type);
+  SequenceState(backend::Backend& be, StateShape shape, int64_t n_ctx, ops::KvType kv_type);
 
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_past() const { return n_past_; }

@@ -15,7 +15,6 @@
 #include "core/parallel.h"
 #include "core/progress.h"
 #include "models/registry.h"
-#include "quant/kernels.h"
 
 namespace tern::runtime {
 
@@ -136,8 +135,8 @@ Engine::Engine(const EngineOptions& o) {
   if (req.repack) repack_weights(plan_.streamed);
   else warm_pages(model_->file(), plan_);
 
-  log::info("%s: %s, %s, %d threads, kernels %s", o.model_path.c_str(), c.arch.c_str(), c.summary.c_str(),
-            n_threads(), isa_name(quant::active_isa()));
+  log::info("%s: %s, %s, %d threads, backend %s", o.model_path.c_str(), c.arch.c_str(), c.summary.c_str(),
+            n_threads(), model_->backend().name().c_str());
   models::TensorDump dump;
   if (!o.dump_dir.empty()) dump = models::TensorDump(o.dump_dir);
   model_->start(std::move(dump), plan_.streamed ? plan_.slots : 0);
@@ -189,7 +188,7 @@ void Engine::print_stats() const {
 ResidentSet resident_set() { return {status_kib("VmRSS") * 1024, status_kib("VmHWM") * 1024}; }
 
 std::unique_ptr<SequenceState> Engine::new_sequence() const {
-  return std::make_unique<SequenceState>(model_->state_shape(), n_ctx_, kv_type_);
+  return std::make_unique<SequenceState>(model_->backend(), model_->state_shape(), n_ctx_, kv_type_);
 }
 
 const std::vector<float>& Engine::eval(SequenceState& seq, const std::vector<int32_t>& tokens, bool all_logits) {

@@ -17,15 +17,23 @@ bool is_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
-// Copies the first n positions of each KV head between a full cache [n_head_kv][n_ctx][head_dim] and a compact
-// one [n_head_kv][n][head_dim].
-void copy_rows(const ops::KvCacheView& kv, size_t esz, int64_t n, const uint8_t* src, uint8_t* dst, bool to_compact) {
+// Copies the first n positions of each KV head between a state's full cache [n_head_kv][n_ctx][head_dim] (a
+// backend buffer) and a compact host copy [n_head_kv][n][head_dim].
+void save_rows(const ops::KvCacheView& kv, size_t esz, int64_t n, const backend::Buffer& src, uint8_t* dst) {
   const size_t row = static_cast<size_t>(kv.head_dim) * esz;
-  for (int64_t h = 0; h < kv.n_head_kv; ++h) {
-    const size_t full = static_cast<size_t>(h * kv.n_ctx) * row, compact = static_cast<size_t>(h * n) * row;
-    if (to_compact) std::memcpy(dst + compact, src + full, static_cast<size_t>(n) * row);
-    else std::memcpy(dst + full, src + compact, static_cast<size_t>(n) * row);
-  }
+  for (int64_t h = 0; h < kv.n_head_kv; ++h)
+    src.read(static_cast<size_t>(h * kv.n_ctx) * row, dst + static_cast<size_t>(h * n) * row, static_cast<size_t>(n) * row);
+}
+void load_rows(const ops::KvCacheView& kv, size_t esz, int64_t n, const uint8_t* src, backend::Buffer& dst) {
+  const size_t row = static_cast<size_t>(kv.head_dim) * esz;
+  for (int64_t h = 0; h < kv.n_head_kv; ++h)
+    dst.write(static_cast<size_t>(h * kv.n_ctx) * row, src + static_cast<size_t>(h * n) * row, static_cast<size_t>(n) * row);
+}
+
+std::vector<float> save_floats(const backend::Buffer& b) {
+  std::vector<float> v(b.bytes() / sizeof(float));
+  b.read(0, v.data(), v.size() * sizeof(float));
+  return v;
 }
 
 }  // namespace
@@ -50,13 +58,13 @@ int64_t PrefixCache::restore(const std::vector<int32_t>& prompt, SequenceState& 
   const size_t esz = elem_bytes(state.kv_type());
   for (size_t il = 0; il < best->k.size(); ++il) {
     auto& l = state.layer(static_cast<int64_t>(il));
-    if (!l.k.empty()) {
+    if (l.k) {
       const ops::KvCacheView kv = state.kv(static_cast<int64_t>(il));
-      copy_rows(kv, esz, n, best->k[il].data(), l.k.data(), false);
-      copy_rows(kv, esz, n, best->v[il].data(), l.v.data(), false);
+      load_rows(kv, esz, n, best->k[il].data(), *l.k);
+      load_rows(kv, esz, n, best->v[il].data(), *l.v);
     } else {
-      l.conv = best->conv[il];
-      l.ssm = best->ssm[il];
+      if (l.conv) l.conv->write(0, best->conv[il].data(), best->conv[il].size() * sizeof(float));
+      if (l.ssm) l.ssm->write(0, best->ssm[il].data(), best->ssm[il].size() * sizeof(float));
     }
   }
   state.advance(n);
@@ -81,22 +89,22 @@ void PrefixCache::insert(const std::vector<int32_t>& tokens, SequenceState& stat
   e.tokens = tokens;
   for (int64_t il = 0; il < n_layer_; ++il) {
     auto& l = state.layer(il);
-    if (!l.k.empty()) {
+    if (l.k) {
       const ops::KvCacheView kv = state.kv(il);
       const size_t sz = static_cast<size_t>(kv.n_head_kv * n * kv.head_dim) * esz;
       e.k.emplace_back(sz);
       e.v.emplace_back(sz);
-      copy_rows(kv, esz, n, l.k.data(), e.k.back().data(), true);
-      copy_rows(kv, esz, n, l.v.data(), e.v.back().data(), true);
+      save_rows(kv, esz, n, *l.k, e.k.back().data());
+      save_rows(kv, esz, n, *l.v, e.v.back().data());
       e.conv.emplace_back();
       e.ssm.emplace_back();
       e.bytes += 2 * sz;
     } else {
       e.k.emplace_back();
       e.v.emplace_back();
-      e.conv.push_back(l.conv);
-      e.ssm.push_back(l.ssm);
-      e.bytes += (l.conv.size() + l.ssm.size()) * sizeof(float);
+      e.conv.push_back(l.conv ? save_floats(*l.conv) : std::vector<float>());
+      e.ssm.push_back(l.ssm ? save_floats(*l.ssm) : std::vector<float>());
+      e.bytes += (e.conv.back().size() + e.ssm.back().size()) * sizeof(float);
     }
   }
   e.bytes += tokens.size() * sizeof(int32_t);

@@ -97,7 +97,7 @@ void expect_equivalent(const std::string& ours_path, const std::string& ref_path
 
 std::vector<float> logits(const std::string& path, const std::vector<int32_t>& toks) {
   auto m = models::qwen35moe::Model::load(path);
-  models::SequenceState st(models::qwen35moe::state_shape(m->config), 64, ops::KvType::kF32);
+  models::SequenceState st(*m->backend, models::qwen35moe::state_shape(m->config), 64, ops::KvType::kF32);
   models::qwen35moe::Forward fw(*m);
   std::vector<models::SeqInput> b(1);
   b[0] = {&st, toks, true};

@@ -72,7 +72,7 @@ std::vector<Prompt> read_prompts(const fs::path& ref) {
 
 // Teacher-forced logits for every token of `tokens`, [n, n_vocab].
 std::vector<float> teacher_forced(const Model& m, const std::vector<int32_t>& tokens, int64_t n_ctx = 512) {
-  SequenceState st(state_shape(m.config), n_ctx, ops::KvType::kF32);
+  SequenceState st(*m.backend, state_shape(m.config), n_ctx, ops::KvType::kF32);
   Forward fw(m);
   std::vector<SeqInput> b(1);
   b[0] = {&st, tokens, true};
@@ -80,7 +80,7 @@ std::vector<float> teacher_forced(const Model& m, const std::vector<int32_t>& to
 }
 
 std::vector<int32_t> greedy(const Model& m, const std::vector<int32_t>& prompt, int n_new, ops::KvType kv) {
-  SequenceState st(state_shape(m.config), 512, kv);
+  SequenceState st(*m.backend, state_shape(m.config), 512, kv);
   Forward fw(m);
   std::vector<SeqInput> b(1);
   b[0] = {&st, prompt, false};
@@ -191,7 +191,7 @@ TEST_P(ModelFixture, PrefillThenDecodeEqualsOneShot) {
   for (int i = 0; i < 70; ++i) toks.push_back((i * 37 + 11) % 200 + 1);
   std::vector<float> full = teacher_forced(*model, toks);
   const int64_t V = model->config.n_vocab;
-  SequenceState st(state_shape(model->config), 128, ops::KvType::kF32);
+  SequenceState st(*model->backend, state_shape(model->config), 128, ops::KvType::kF32);
   Forward fw(*model);
   std::vector<SeqInput> b(1);
   b[0] = {&st, std::vector<int32_t>(toks.begin(), toks.begin() + 65), false};
@@ -217,11 +217,11 @@ TEST_P(ModelFixture, IndependentOfThreadsAndBatch) {
   std::vector<float> lb = teacher_forced(*model, bt);
   EXPECT_EQ(la, la2) << "logits depend on the thread count";
   // Both sequences in one batch give bit-identical rows.
-  SequenceState sa(state_shape(model->config), 64, ops::KvType::kF16), sb(state_shape(model->config), 64, ops::KvType::kF16);
+  SequenceState sa(*model->backend, state_shape(model->config), 64, ops::KvType::kF16), sb(*model->backend, state_shape(model->config), 64, ops::KvType::kF16);
   Forward fw(*model);
   std::vector<SeqInput> batch = {{&sa, a, true}, {&sb, bt, true}};
   std::vector<float> both = fw.run(batch);
-  SequenceState sa1(state_shape(model->config), 64, ops::KvType::kF16), sb1(state_shape(model->config), 64, ops::KvType::kF16);
+  SequenceState sa1(*model->backend, state_shape(model->config), 64, ops::KvType::kF16), sb1(*model->backend, state_shape(model->config), 64, ops::KvType::kF16);
   std::vector<SeqInput> one = {{&sa1, a, true}};
   std::vector<float> alone_a = fw.run(one);
   one = {{&sb1, bt, true}};
@@ -233,7 +233,7 @@ TEST_P(ModelFixture, IndependentOfThreadsAndBatch) {
 
 TEST_P(ModelFixture, ContextOverflowIsAnError) {
   auto model = load();
-  SequenceState st(state_shape(model->config), 8, ops::KvType::kF16);
+  SequenceState st(*model->backend, state_shape(model->config), 8, ops::KvType::kF16);
   Forward fw(*model);
   std::vector<SeqInput> b = {{&st, std::vector<int32_t>(6, 1), false}};
   fw.run(b);
@@ -311,7 +311,7 @@ TEST_P(ModelFixture, SameLogitsAtAnyExpertCacheSize) {
   if (c.dense()) GTEST_SKIP() << "dense FFN: no routed experts to stream";
   const std::vector<int32_t> prompt = {5, 9, 13, 2, 7, 30, 31, 4, 1, 17};
   auto run = [&](int64_t slots, ExpertCacheStats* stats) {
-    SequenceState st(state_shape(c), 64, ops::KvType::kF16);
+    SequenceState st(*model->backend, state_shape(c), 64, ops::KvType::kF16);
     Forward fw(slots > 0 ? *model : *mapped_model, {}, slots);
     std::vector<SeqInput> b(1);
     b[0] = {&st, prompt, true};

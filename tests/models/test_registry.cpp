@@ -42,7 +42,7 @@ TEST(Registry, DescribeAgreesWithTheLoadedModel) {
   // The state the planner counts is the state a sequence holds.
   const models::StateShape sa = shape->state_shape();
   ASSERT_EQ(static_cast<int64_t>(sa.size()), a.n_layer);
-  models::SequenceState st(model->state_shape(), 64, ops::KvType::kF16);
+  models::SequenceState st(model->backend(), model->state_shape(), 64, ops::KvType::kF16);
   EXPECT_EQ(models::SequenceState::bytes_for(sa, 64, ops::KvType::kF16), st.bytes());
   for (bool repack : {false, true}) {
     const models::WeightBytes wa = shape->weight_bytes(repack, true), wb = model->weight_bytes(repack, true);
@@ -58,8 +58,8 @@ TEST(Registry, InterfaceForwardIsTheArchitecturesForward) {
   auto direct = models::qwen35moe::Model::load(kModel);
   models::qwen35moe::Forward fw(*direct);
   const std::vector<int32_t> toks = {1, 5, 9, 2, 7};
-  models::SequenceState s1(model->state_shape(), 32, ops::KvType::kF32);
-  models::SequenceState s2(models::qwen35moe::state_shape(direct->config), 32, ops::KvType::kF32);
+  models::SequenceState s1(model->backend(), model->state_shape(), 32, ops::KvType::kF32);
+  models::SequenceState s2(*direct->backend, models::qwen35moe::state_shape(direct->config), 32, ops::KvType::kF32);
   std::vector<models::SeqInput> b1{{&s1, toks, true}}, b2{{&s2, toks, true}};
   const std::vector<float> l1 = model->forward(b1);
   EXPECT_EQ(l1, fw.run(b2));

@@ -66,7 +66,7 @@ TEST_P(PlanFixture, WeightFiguresMatchTheLoadedModel) {
     const std::vector<size_t> per_layer = ExpertStore::expert_bytes_per_layer(*streamed);
     ASSERT_EQ(p.expert_bytes.size(), per_layer.size());
     for (size_t i = 0; i < per_layer.size(); ++i) EXPECT_EQ(p.expert_bytes[i], per_layer[i]) << "layer " << i;
-    SequenceState st(models::qwen35moe::state_shape(m->config), 256, ops::KvType::kF16);
+    SequenceState st(*m->backend, models::qwen35moe::state_shape(m->config), 256, ops::KvType::kF16);
     EXPECT_EQ(p.state, st.bytes());
     EXPECT_FALSE(p.streamed);
     EXPECT_EQ(p.total(), p.dense + p.experts + p.state + p.buffers + p.runtime);

@@ -4,31 +4,28 @@
 
 #include "core/profile.h"
 #include "models/sequence_state.h"
-#include "ops/attention.h"
-#include "ops/norm.h"
-#include "ops/rope.h"
 
 namespace tern::models {
 
-void attention_block(const AttentionParams& c, const AttentionWeights& w, int layer,
+void attention_block(backend::Backend& be, const AttentionParams& c, const AttentionWeights& w, int layer,
                      const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
                      AttentionScratch& s, const TensorDump& dump) {
   const int64_t hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
-  float* qg = grow(s.qg, n_rows * 2 * q_dim);
-  float* k = grow(s.k, n_rows * kv_dim);
-  float* v = grow(s.v, n_rows * kv_dim);
-  float* q = grow(s.q, n_rows * q_dim);
-  float* gate = grow(s.gate, n_rows * q_dim);
-  float* out = grow(s.out, n_rows * q_dim);
+  float* qg = s.qg.grow<float>(be, n_rows * 2 * q_dim);
+  float* k = s.k.grow<float>(be, n_rows * kv_dim);
+  float* v = s.v.grow<float>(be, n_rows * kv_dim);
+  float* q = s.q.grow<float>(be, n_rows * q_dim);
+  float* gate = s.gate.grow<float>(be, n_rows * q_dim);
+  float* out = s.out.grow<float>(be, n_rows * q_dim);
   TERN_PROFILE(prof_in, "attn.qkv", w.wq.bytes() + w.wk.bytes() + w.wv.bytes());
-  apply(w.wq, x, n_rows, qg);
-  apply(w.wk, x, n_rows, k);
-  apply(w.wv, x, n_rows, v);
+  be.matmul(w.wq, x, n_rows, qg);
+  be.matmul(w.wk, x, n_rows, k);
+  be.matmul(w.wv, x, n_rows, v);
   prof_in.done();
   TERN_PROFILE(prof_core, "attn.core", 0);  // bytes: the KV cache rows each segment reads
-  ops::split_q_gate(qg, n_rows, c.n_head, hd, q, gate);
-  ops::rms_norm(q, w.q_norm.data(), q, n_rows * c.n_head, hd, c.rms_eps);
-  ops::rms_norm(k, w.k_norm.data(), k, n_rows * c.n_head_kv, hd, c.rms_eps);
+  be.split_q_gate(qg, n_rows, c.n_head, hd, q, gate);
+  be.rms_norm(q, w.q_norm.data(), q, n_rows * c.n_head, hd, c.rms_eps);
+  be.rms_norm(k, w.k_norm.data(), k, n_rows * c.n_head_kv, hd, c.rms_eps);
   dump("Qcur_normed", layer, q, {n_rows, c.n_head, hd});
   dump("Kcur_normed", layer, k, {n_rows, c.n_head_kv, hd});
 
@@ -40,19 +37,19 @@ void attention_block(const AttentionParams& c, const AttentionWeights& w, int la
     for (int64_t t = 0; t < n; ++t) pos[t] = static_cast<int32_t>(p0 + t);
     float* qs = q + sg.row0 * q_dim;
     float* ks = k + sg.row0 * kv_dim;
-    ops::rope_neox(qs, n, c.n_head, hd, c.n_rot, pos, c.rope_freq_base);
-    ops::rope_neox(ks, n, c.n_head_kv, hd, c.n_rot, pos, c.rope_freq_base);
+    be.rope_neox(qs, n, c.n_head, hd, c.n_rot, pos, c.rope_freq_base);
+    be.rope_neox(ks, n, c.n_head_kv, hd, c.n_rot, pos, c.rope_freq_base);
     const ops::KvCacheView kv = sg.state->kv(layer);
-    ops::kv_store(kv, ks, v + sg.row0 * kv_dim, n, p0);
-    ops::attention_causal(qs, n, c.n_head, kv, p0, scale, out + sg.row0 * q_dim);
+    be.kv_store(kv, ks, v + sg.row0 * kv_dim, n, p0);
+    be.attention_causal(qs, n, c.n_head, kv, p0, scale, out + sg.row0 * q_dim);
     TERN_PROFILE_BYTES(prof_core, (p0 + n) * kv_dim * 2 * (kv.type == ops::KvType::kF16 ? 2 : 4));
   }
   dump("attn_pregate", layer, out, {n_rows, q_dim});
-  ops::apply_sigmoid_gate(out, gate, n_rows * q_dim);
+  be.sigmoid_gate(out, gate, n_rows * q_dim);
   dump("attn_gated", layer, out, {n_rows, q_dim});
   prof_core.done();
   TERN_PROFILE(prof_out, "attn.out", w.wo.bytes());
-  apply(w.wo, out, n_rows, y);
+  be.matmul(w.wo, out, n_rows, y);
   dump("attn_output", layer, y, {n_rows, c.n_embd});
 }
 

@@ -20,17 +20,17 @@ struct AttentionWeights {
   Linear wq;               // {n_embd, 2 * n_head * head_dim}: per head head_dim query rows, then head_dim gate rows
   Linear wk, wv;           // {n_embd, n_head_kv * head_dim}
   Linear wo;               // {n_head * head_dim, n_embd}
-  std::vector<float> q_norm, k_norm;  // [head_dim], folded 1 + w
+  backend::Floats q_norm, k_norm;  // [head_dim], folded 1 + w
 };
 
 
 struct AttentionScratch {
-  std::vector<float> qg, k, v, q, gate, out;
-  std::vector<int32_t> pos;
+  Scratch qg, k, v, q, gate, out;
+  std::vector<int32_t> pos;  // host: positions of one segment
 };
 
 // x, y: [n_rows, n_embd]; y is overwritten with the block output (before the residual add).
-void attention_block(const AttentionParams& c, const AttentionWeights& w, int layer,
+void attention_block(backend::Backend& be, const AttentionParams& c, const AttentionWeights& w, int layer,
                      const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
                      AttentionScratch& s, const TensorDump& dump);
 

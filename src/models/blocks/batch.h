@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/backend.h"
+
 namespace tern::models {
 
 class SequenceState;
@@ -16,11 +18,9 @@ struct Segment {
   int64_t n_tokens = 0;  // its new tokens; positions state->n_past() .. + n_tokens - 1
 };
 
-// Reusable scratch buffer: grows, never shrinks, so steady-state decode does not allocate.
-template <typename T>
-T* grow(std::vector<T>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
+// Forward scratch lives in the backend (backend::Scratch: grows, never shrinks).
+using backend::Scratch;
+
+using backend::grow;  // host-side bookkeeping vectors
 
 }  // namespace tern::models

@@ -29,17 +29,17 @@ struct DeltaNetWeights {
   Linear wbeta, walpha;    // {n_embd, n_v_heads}; or, when absent, ...
   Linear wba;              // ... {n_embd, 2 * n_v_heads} fused, per key head: its beta rows, then its alpha rows
   Linear wout;             // {value_dim, n_embd}
-  std::vector<float> conv; // [conv_dim][conv_kernel] (GGUF ssm_conv1d ne = {kernel, conv_dim})
-  std::vector<float> dt_bias, a;  // [n_v_heads]; a = -exp(A_log)
-  std::vector<float> norm;        // [head_v_dim], plain (not 1 + w)
+  backend::Floats conv;           // [conv_dim][conv_kernel] (GGUF ssm_conv1d ne = {kernel, conv_dim})
+  backend::Floats dt_bias, a;     // [n_v_heads]; a = -exp(A_log)
+  backend::Floats norm;           // [head_v_dim], plain (not 1 + w)
 };
 
 
 struct DeltaNetScratch {
-  std::vector<float> qkv, u, z, beta, g, o, ba, perm;
+  Scratch qkv, u, z, beta, g, o, ba;
 };
 
-void deltanet_block(const DeltaNetParams& c, const DeltaNetWeights& w, int layer,
+void deltanet_block(backend::Backend& be, const DeltaNetParams& c, const DeltaNetWeights& w, int layer,
                     const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
                     DeltaNetScratch& s, const TensorDump& dump);
 

@@ -2,6 +2,7 @@
 #pragma once
 #include <vector>
 
+#include "models/blocks/batch.h"
 #include "models/blocks/linear.h"
 #include "models/dump.h"
 
@@ -13,11 +14,11 @@ struct FfnWeights {
 };
 
 struct FfnScratch {
-  std::vector<float> g, u;
+  Scratch g, u;
 };
 
 // x, y: [n_rows, n_embd]; y is overwritten with the block output (before the residual add).
-void ffn_block(const FfnWeights& w, int layer, const float* x, int64_t n_rows, float* y, FfnScratch& s,
+void ffn_block(backend::Backend& be, const FfnWeights& w, int layer, const float* x, int64_t n_rows, float* y, FfnScratch& s,
                const TensorDump& dump);
 
 }  // namespace tern::models

@@ -1,8 +1,7 @@
 // Qwen3.5-MoE FFN (contract section 9): softmax router, top-k renormalised, SwiGLU experts run over the batch's
 // tokens grouped by expert, plus the sigmoid-gated shared expert. All experts of a step (and the shared one)
-// run as three parallel passes (gate+up with SwiGLU, down's input quantized, down) over (expert, row chunk)
-// tasks, with the batch's input quantized once. Each token's expert outputs are summed in its top-k order, so
-// its result never depends on the other tokens in the batch or on the thread count.
+// run as one backend::swiglu_ffns call (mapped experts; a streamed expert runs on its own). Each token's expert
+// outputs are summed in its top-k order, so its result never depends on the other tokens in the batch.
 #pragma once
 #include <vector>
 
@@ -27,7 +26,7 @@ struct MoeParams {
 
 struct MoeWeights {
   Linear router;                  // {n_embd, n_expert}
-  std::vector<float> selection_bias;  // [n_expert] or empty: added to the scores for the top-k choice only
+  backend::Floats selection_bias;  // [n_expert] or empty: added to the scores for the top-k choice only
   Linear gate_exps, up_exps;      // {n_embd, n_ff_exp, n_expert} as n_expert * n_ff_exp rows
   Linear down_exps;               // {n_ff_exp, n_embd, n_expert} as n_expert * n_embd rows
   bool fused_gate_up = false;     // gate_exps holds {n_embd, 2 * n_ff_exp, n_expert} (gate rows then up rows)
@@ -59,10 +58,8 @@ class ExpertSource {
 
 
 struct MoeScratch {
-  std::vector<float> logits, weights, h, out, sgate;  // h: SwiGLU rows of every job; out: their down rows
-  std::vector<Linear> q_fmt;                    // formats the batch was quantized in this layer ...
-  std::vector<std::vector<uint8_t>> q_buf;      // ... and those activations [n_rows, act_row_bytes]
-  std::vector<uint8_t> down_q;                  // every job's down input, quantized
+  Scratch logits, out, sgate;                   // out: every job's down rows, then the shared expert's
+  std::vector<float> weights;                   // host: [n_rows, n_used] routing weights
   std::vector<int32_t> ids, tokens, slot_row;   // tokens: each job's batch rows; slot_row: (token, k) -> row of out
   std::vector<std::vector<int32_t>> by_expert;  // [n_expert] -> list of token * n_used + slot
   std::vector<int32_t> order;                   // experts to run: resident ones first
@@ -70,7 +67,7 @@ struct MoeScratch {
 
 // Routed experts come from `experts` (mapped or streamed); those already resident run first, so a streamed
 // cache never evicts an expert this step still needs before it has run.
-void moe_block(const MoeParams& c, const MoeWeights& w, ExpertSource& experts,
+void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, ExpertSource& experts,
                int layer, const float* x, int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump);
 
 }  // namespace tern::models

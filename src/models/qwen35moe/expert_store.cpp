@@ -29,8 +29,8 @@ ExpertStore::ExpertStore(const Model& model, int64_t slots) : model_(model), slo
   for (size_t il = 0; il < bytes.size(); ++il) {
     Layer& L = layers_[il];
     L.expert_bytes = bytes[il];
-    // new[] without value-initialisation: pages stay unbacked until an expert is read into them.
-    L.arena.reset(new uint8_t[bytes[il] * n]);
+    // Large buffers are anonymous mappings: pages stay unbacked until an expert is read into them.
+    L.arena = model.backend->alloc(backend::BufferKind::kWeights, bytes[il] * n);
     L.slot_of.assign(static_cast<size_t>(c.n_expert), -1);
     L.owner.assign(n, -1);
     L.last_use.assign(n, 0);
@@ -60,7 +60,7 @@ ExpertMatrices ExpertStore::slot_views(const Model& model, const ExpertMatrices&
   ExpertMatrices x = file;
   size_t off = 0;
   for (Linear* m : {&x.gate, &x.up, &x.down}) {
-    m->repacked = repack && can_repack(*m);
+    m->repacked = repack && model.backend->can_repack(*m);
     m->data = slot + off;
     off += m->bytes();
   }
@@ -183,13 +183,13 @@ ExpertMatrices ExpertStore::get(int il, int64_t e) {
     stats_.read_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   L.last_use[slot] = ++clock_;
-  return slot_views(model_, mapped(il, e), L.arena.get() + static_cast<size_t>(slot) * L.expert_bytes);
+  return slot_views(model_, mapped(il, e), L.arena->data() + static_cast<size_t>(slot) * L.expert_bytes);
 }
 
 void ExpertStore::read_expert(int il, int32_t slot, int64_t e) {
   Layer& L = layers_[il];
   const ExpertMatrices file = mapped(il, e);
-  const ExpertMatrices x = slot_views(model_, file, L.arena.get() + static_cast<size_t>(slot) * L.expert_bytes);
+  const ExpertMatrices x = slot_views(model_, file, L.arena->data() + static_cast<size_t>(slot) * L.expert_bytes);
   thread_local std::vector<uint8_t> staging;  // file bytes of a matrix that is repacked into the slot
   for (auto [src, dst] : {std::pair{&file.gate, &x.gate}, {&file.up, &x.up}, {&file.down, &x.down}}) {
     if (!dst->repacked) {
@@ -200,7 +200,7 @@ void ExpertStore::read_expert(int il, int32_t slot, int64_t e) {
     read_exact(staging.data(), src->data, src->bytes());
     Linear staged = *src;
     staged.data = staging.data();
-    repack_into(staged, const_cast<uint8_t*>(dst->data), false);
+    model_.backend->repack_into(staged, const_cast<uint8_t*>(dst->data), false);  // stateless: any thread
   }
 }
 

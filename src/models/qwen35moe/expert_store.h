@@ -54,7 +54,7 @@ class ExpertStore : public ExpertSource {
  private:
   enum class SlotState : uint8_t { kReady, kLoading, kFailed };
   struct Layer {
-    std::unique_ptr<uint8_t[]> arena;  // slots * expert bytes
+    std::unique_ptr<backend::Buffer> arena;  // slots * expert bytes (backend weights memory)
     size_t expert_bytes = 0;
     std::vector<int32_t> slot_of;      // [n_expert] -> slot, -1 when not resident
     std::vector<int32_t> owner;        // [slots] -> expert, -1 when empty

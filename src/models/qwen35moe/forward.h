@@ -32,13 +32,16 @@ class Forward {
   void layer(int il, const std::vector<Segment>& segs, int64_t n_rows);
 
   const Model& model_;
+  backend::Backend& be_;
   const Config& c_;
   const AttentionParams attn_params_;
   const DeltaNetParams dn_params_;
   const MoeParams moe_params_;
   TensorDump dump_;
   std::unique_ptr<ExpertStore> experts_;
-  std::vector<float> x_, cur_, mix_, out_rows_, logits_;
+  Scratch x_, cur_, mix_, out_rows_, logits_dev_;
+  std::vector<int64_t> out_index_;  // host: batch rows that get logits
+  std::vector<float> logits_;       // host copy of the logits
   AttentionScratch attn_;
   DeltaNetScratch dn_;
   MoeScratch moe_;

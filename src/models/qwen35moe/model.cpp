@@ -35,7 +35,8 @@ ModelInfo model_info(const Config& c) {
 // Forward scratch per batch row (floats), mirroring the buffers Forward and the blocks grow: residual stream,
 // attention and DeltaNet projections, the router and routing weights, the MoE block's SwiGLU rows and down
 // outputs for every (token, expert) pair and the shared expert, the batch quantized in up to two formats and
-// down's quantized input (counted at 4 bytes an element, the f32 bound), and the kernels' activation scratch.
+// down's quantized input (counted at 4 bytes an element, the f32 bound), and the kernels' activation scratch;
+// the logits twice (backend scratch and the host copy).
 uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
   const int64_t D = c.n_embd, q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim;
   const int64_t attn = 5 * q + 2 * kv;
@@ -44,7 +45,7 @@ uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
   const int64_t F = std::max(c.n_ff_exp, c.n_ff_shexp);
   const int64_t moe = c.dense() ? 2 * c.n_ff : c.n_expert + 2 * c.n_expert_used + jobs * (D + 2 * F) + 2 * D + 1;
   const int64_t per_row = 4 * D + attn + dn + moe;
-  const int64_t logits = c.n_vocab * n_parallel;
+  const int64_t logits = 2 * c.n_vocab * n_parallel;  // in backend scratch, and the host copy forward() returns
   return static_cast<uint64_t>((per_row * rows + logits) * 4);
 }
 
@@ -69,7 +70,8 @@ WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool
 
 StateShape Shape::state_shape() const { return qwen35moe::state_shape(c_); }
 
-LoadedModel::LoadedModel(std::unique_ptr<gguf::File> file) : m_(qwen35moe::Model::load(std::move(file))), info_(model_info(m_->config)) {}
+LoadedModel::LoadedModel(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be)
+    : m_(qwen35moe::Model::load(std::move(file), std::move(be))), info_(model_info(m_->config)) {}
 
 StateShape LoadedModel::state_shape() const { return qwen35moe::state_shape(m_->config); }
 

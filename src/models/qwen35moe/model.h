@@ -35,7 +35,9 @@ class Shape : public ModelShape {
 
 class LoadedModel : public models::Model {
  public:
-  explicit LoadedModel(std::unique_ptr<gguf::File> file);
+  // be: the backend to run on (null: the CPU backend).
+  explicit LoadedModel(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be = nullptr);
+  backend::Backend& backend() override { return *m_->backend; }
   const qwen35moe::Model& weights() const { return *m_; }
 
   const gguf::File& file() const override { return *m_->file; }

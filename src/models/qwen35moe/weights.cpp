@@ -5,7 +5,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "quant/convert.h"
-#include "quant/kernels.h"
 #include "quant/repack.h"
 
 namespace tern::models::qwen35moe {
@@ -14,7 +13,7 @@ namespace {
 
 class Loader {
  public:
-  Loader(const gguf::File& f) : f_(f) {}
+  Loader(const gguf::File& f, backend::Backend& be) : f_(f), be_(be) {}
 
   const gguf::TensorInfo& tensor(const std::string& name, std::vector<int64_t> shape) {
     const gguf::TensorInfo* t = f_.find_tensor(name);
@@ -32,24 +31,24 @@ class Loader {
   // A matrix {n_in, n_out[, n_expert]} used through the matmul kernels.
   Linear linear(const std::string& name, std::vector<int64_t> shape) { return to_linear(tensor(name, shape), name); }
   Linear to_linear(const gguf::TensorInfo& t, const std::string& name) {
-    if (!quant::has_kernels(t.type))
-      fail("%s: tensor '%s' has type %s, which tern cannot compute with", f_.name().c_str(), name.c_str(),
-           quant::type_name(t.type));
+    if (!be_.has_kernels(t.type))
+      fail("%s: tensor '%s' has type %s, which tern's %s backend cannot compute with", f_.name().c_str(),
+           name.c_str(), quant::type_name(t.type), be_.name().c_str());
     Linear l;
     l.type = t.type;
-    l.data = t.data;
+    l.data = be_.map_weights(t.data, t.n_bytes);
     l.n_in = t.ne[0];
     l.n_out = t.ne[1] * t.ne[2] * t.ne[3];
     l.row_bytes = quant::row_size(quant::traits(t.type), t.ne[0]);
     l.name = name;
     return l;
   }
-  // A small tensor dequantized to f32 (norms, biases, conv taps).
-  std::vector<float> vec(const std::string& name, std::vector<int64_t> shape) {
+  // A small tensor dequantized to f32 (norms, biases, conv taps), in backend memory.
+  backend::Floats vec(const std::string& name, std::vector<int64_t> shape) {
     const gguf::TensorInfo& t = tensor(name, shape);
     std::vector<float> out(static_cast<size_t>(t.n_elements));
     quant::dequantize_row(t.type, t.data, out.data(), t.n_elements);
-    return out;
+    return backend::Floats(be_, out);
   }
   std::vector<std::string> unused() const {
     std::vector<std::string> u;
@@ -71,6 +70,7 @@ class Loader {
     }
   }
   const gguf::File& f_;
+  backend::Backend& be_;
   std::set<std::string> used_;
 };
 
@@ -139,8 +139,8 @@ void load_ffn(Loader& L, const Config& c, int64_t i, FfnWeights& f) {
 
 }  // namespace
 
-Weights Weights::load(const gguf::File& f, const Config& c) {
-  Loader L(f);
+Weights Weights::load(const gguf::File& f, const Config& c, backend::Backend& be) {
+  Loader L(f, be);
   Weights w;
   w.token_embd = L.linear("token_embd.weight", {c.n_embd, c.n_vocab});
   w.output_norm = L.vec("output_norm.weight", {c.n_embd});
@@ -212,13 +212,13 @@ RepackReport Model::repack(RepackScope scope) {
   auto one = [&](Linear& w, bool drop_source) {
     if (!w.present() || w.repacked) return;
     if (w.n_out < quant::kRepackRows) return;  // as resident_tensor_bytes: a lone row stays as it is
-    if (!can_repack(w)) {
+    if (!backend->can_repack(w)) {
       if (w.type != quant::Type::F32) rep.kept.push_back(w.name + " (" + quant::type_name(w.type) + ": no repacked layout)");
       return;
     }
-    AnonBuffer buf(repacked_bytes(w));
+    std::unique_ptr<backend::Buffer> buf = backend->alloc(backend::BufferKind::kWeights, backend->repacked_bytes(w));
     const Linear src = w;
-    w = repack_into(src, buf.data(), true);
+    w = backend->repack_into(src, buf->data(), true);
     repacked.push_back(std::move(buf));
     ++rep.matrices;
     rep.bytes += w.bytes();
@@ -246,15 +246,16 @@ RepackReport Model::repack(RepackScope scope) {
   return rep;
 }
 
-std::unique_ptr<Model> Model::load(const std::string& path) {
-  return load(std::make_unique<gguf::File>(gguf::File::open(path)));
+std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<backend::Backend> be) {
+  return load(std::make_unique<gguf::File>(gguf::File::open(path)), std::move(be));
 }
 
-std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file) {
+std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be) {
   auto m = std::make_unique<Model>();
+  m->backend = be ? std::move(be) : backend::make_backend("cpu");
   m->file = std::move(file);
   m->config = Config::from_gguf(*m->file);
-  m->weights = Weights::load(*m->file, m->config);
+  m->weights = Weights::load(*m->file, m->config, *m->backend);
   return m;
 }
 

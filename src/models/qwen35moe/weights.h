@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/mmap.h"
 #include "formats/gguf.h"
 #include "models/blocks/attention.h"
@@ -20,7 +21,7 @@ namespace tern::models::qwen35moe {
 
 struct LayerWeights {
   LayerKind kind = LayerKind::kRecurrent;
-  std::vector<float> attn_norm, post_norm;  // [n_embd], folded 1 + w
+  backend::Floats attn_norm, post_norm;  // [n_embd], folded 1 + w
   AttentionWeights attn;
   DeltaNetWeights dn;
   MoeWeights moe;   // qwen35moe
@@ -31,11 +32,12 @@ struct Weights {
   Linear token_embd;         // {n_embd, n_vocab}
   Linear output;             // {n_embd, n_vocab}: output.weight, or token_embd when tied
   bool tied_output = false;
-  std::vector<float> output_norm;
+  backend::Floats output_norm;
   std::vector<LayerWeights> layers;
   std::vector<std::string> unused;  // tensors present but not used (MTP blocks), reported at load
 
-  static Weights load(const gguf::File& f, const Config& c);  // throws Error naming the tensor
+  // Matrices stay where the backend maps them (the CPU: the file, zero copy); vectors are copied into it.
+  static Weights load(const gguf::File& f, const Config& c, backend::Backend& be);  // throws Error naming the tensor
 };
 
 // Resident bytes of one GGUF tensor when the model is repacked (repack_experts: the routed experts too), from
@@ -46,17 +48,19 @@ uint64_t resident_tensor_bytes(const gguf::TensorInfo& t, const Config& c, bool 
 // the token embeddings (which stay in the file layout for the lookup).
 uint64_t repack_extra_bytes(const gguf::File& f, const Config& c, bool repack);
 
-// One model: the mapped file, its config and weights.
+// One model: its backend, the mapped file, its config and weights.
 struct Model {
+  std::unique_ptr<backend::Backend> backend;  // where the weights, scratch and states live and the forward runs
   std::unique_ptr<gguf::File> file;
   Config config;
   Weights weights;
   RepackScope repack_scope = RepackScope::kNone;
-  std::vector<AnonBuffer> repacked;  // owns the repacked matrices the weights point into
-  static std::unique_ptr<Model> load(const std::string& path);
-  static std::unique_ptr<Model> load(std::unique_ptr<gguf::File> file);
+  std::vector<std::unique_ptr<backend::Buffer>> repacked;  // owns the repacked matrices the weights point into
+  // `be`: the backend to run on (null: the CPU backend).
+  static std::unique_ptr<Model> load(const std::string& path, std::unique_ptr<backend::Backend> be = nullptr);
+  static std::unique_ptr<Model> load(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be = nullptr);
 
-  // Repacks the matrices in `scope` into anonymous memory, points the weights at them and gives back the file
+  // Repacks the matrices in `scope` into backend memory, points the weights at them and gives back the file
   // pages they came from. Once per model.
   RepackReport repack(RepackScope scope);
   // Whether routed experts stay on 8-row groups when sliced per expert (n_ff_exp and n_embd multiples of 8).
