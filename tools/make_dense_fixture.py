@@ -13,11 +13,14 @@ own Qwen3_5ForCausalLM fixtures exist (issue 15):
   q35-next.f16.gguf   arch qwen3next: q35-ratio's weights in Qwen3-Next's layout (value heads in grouped order,
                       HF's, instead of the tiled order a qwen35moe GGUF holds; beta and alpha fused per key head into
                       ssm_ba), so it computes what q35-ratio computes (the tern test checks it).
-  q35-next.q8_0.gguf  llama-quantize on it.
-  <preset>/ref_llamacpp_q8_0.json + bins   llama.cpp's teacher-forced logits (llama-cpp-python) on the Q8_0 files
-                      for q35-ratio's reference prompts (quantized qwen35/qwen3next agreement; ~60 MB fixture budget), in tools/fixturelib/refs.py's layout.
+  q35-next.q8_0.gguf  llama-quantize on it; likewise .q4_0 and .q4_k_m for both presets.
+  <preset>/ref_llamacpp_<type>.json + bins   llama.cpp's teacher-forced logits (llama-cpp-python) on the quantized
+                      files for q35-ratio's reference prompts (quantized qwen35/qwen3next agreement), in
+                      tools/fixturelib/refs.py's layout. Q8_0 keeps every prompt; Q4_0 and Q4_K_M keep the lengths
+                      1, 5, 64 and 300 (the 63/65 chunk-boundary prompts are covered by Q8_0 and q35-ratio: ~60 MB
+                      fixture budget).
 
-usage: python tools/make_dense_fixture.py [--quantize PATH/llama-quantize]
+usage: python tools/make_dense_fixture.py [--quantize PATH/llama-quantize] [--types q8_0,q4_0,q4_k_m]
 """
 from __future__ import annotations
 
@@ -151,13 +154,19 @@ def derive_next(dst: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quantize", type=Path, default=DEFAULT_QUANTIZE, help="llama.cpp's llama-quantize")
+    ap.add_argument("--types", default="q8_0,q4_0,q4_k_m", help="quantized files (and llama.cpp references) to write")
     a = ap.parse_args()
+    ftypes = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k_m": "Q4_K_M"}
+    wanted = [t for t in a.types.split(",") if t]
+    for t in wanted:
+        if t not in ftypes:
+            sys.exit(f"--types: unknown type {t!r} (known: {', '.join(ftypes)})")
     dense_f16 = MODELS / "q35-dense.f16.gguf"
     derive(True, dense_f16)
     derive(False, MODELS / "q35-moe1.f16.gguf")
     derive_next(MODELS / "q35-next.f16.gguf")
     types = []  # F16 is covered against transformers and llama.cpp by next-tiny / dense-tiny (tools/make_fixtures.py)
-    for t, ftype in (("q8_0", "Q8_0"),):
+    for t, ftype in ((t, ftypes[t]) for t in wanted):
         for preset in ("q35-dense", "q35-next"):
             dst = MODELS / f"{preset}.{t}.gguf"
             subprocess.run([str(a.quantize), str(MODELS / f"{preset}.f16.gguf"), str(dst), ftype], check=True,
@@ -174,8 +183,9 @@ def main() -> None:
         for f in list(pdir.glob(f"llamacpp_{t}_*.bin")) + list(pdir.glob(f"ref_llamacpp_{t}.json")):
             f.unlink()
         gg = MODELS / f"{preset}.{t}.gguf"
+        keep = [p for p in prompts if t == "q8_0" or len(p["tokens"]) in (1, 5, 64, 300)]
         entries = [refs.prompt_entry(pdir, f"llamacpp_{t}", p["name"], p["tokens"], llamacpp.teacher_forced(gg, p["tokens"]))
-                   for p in prompts]
+                   for p in keep]
         header = {"preset": preset, "gguf": gg.name, "gguf_sha256": refs.sha256(gg), "type": t,
                   "versions": {"llama_cpp_python": version, "gguf": getattr(gguf, "__version__", "?")},
                   "how": "llama-cpp-python Llama(logits_all=True, n_threads=2), one eval() of the whole prompt "

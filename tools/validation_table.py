@@ -112,7 +112,8 @@ KV cache, as `tests/models/test_qwen35moe.cpp` does.
 
 `next-tiny` (arch `qwen3next`) and `dense-tiny` (arch `qwen35`) are made by transformers' own
 `Qwen3NextForCausalLM` and `Qwen3_5ForCausalLM`. `q35-dense` and `q35-next` are derived from q35-ratio by
-`tools/make_dense_fixture.py` (for llama.cpp's quantized types) and have llama.cpp references only; `q35-next`
+`tools/make_dense_fixture.py` (Q8_0, Q4_0, Q4_K_M by llama-quantize; the Q4 references keep prompt lengths
+1/5/64/300 for the fixture budget) and have llama.cpp references only; `q35-next`
 holds q35-ratio's weights, so q35-ratio's transformers row is its reference too (tests/models: they agree to 3.8e-6).
 
 Quantized rows against transformers measure the quantization itself, not tern: the quantized test is the
