@@ -3,7 +3,8 @@
 // than a memory budget, for the expert-streaming tests). No tokenizer: for commands that take token ids
 // (bench, logits). Keys (defaults in brackets): layers [4], embd [256], heads [4], kv_heads [1], head_dim [64],
 // experts [64], used [4], ff [256], shared_ff [256], vocab [512], k_heads [2], v_heads [4], head_k [32],
-// head_v [32], interval [4], type [f16] (matrices: f32, f16, q8_0, q4_0), seed [1].
+// head_v [32], interval [4], type [f16] (matrices: f32, f16, q8_0, q4_0), seed [1], legacy_ssm_in [0] (1: layer 0
+// also carries the fused q|k|v|z `ssm_in` of early qwen3next conversions, which tern refuses).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,7 +27,8 @@ struct Geometry {
   std::map<std::string, int64_t> v = {{"layers", 4},  {"embd", 256},  {"heads", 4},     {"kv_heads", 1},
                                       {"head_dim", 64}, {"experts", 64}, {"used", 4},   {"ff", 256},
                                       {"shared_ff", 256}, {"vocab", 512}, {"k_heads", 2}, {"v_heads", 4},
-                                      {"head_k", 32}, {"head_v", 32}, {"interval", 4}, {"seed", 1}};
+                                      {"head_k", 32}, {"head_v", 32}, {"interval", 4}, {"seed", 1},
+                                      {"legacy_ssm_in", 0}};
   std::string type = "f16";
   int64_t operator[](const char* k) const { return v.at(k); }
 };
@@ -121,6 +123,7 @@ void build(const Geometry& g, const std::string& out) {
       b.vector_f32(blk(i, "ssm_dt.bias"), {hv}, 0.0f, 0.1f);
       b.vector_f32(blk(i, "ssm_a"), {hv}, -1.0f, 0.1f);
       b.vector_f32(blk(i, "ssm_norm.weight"), {dv}, 1.0f, 0.0f);
+      if (i == 0 && g["legacy_ssm_in"]) b.matrix(blk(i, "ssm_in.weight"), {D, conv_dim + value_dim}, 0.5f);
     }
     b.vector_f32(blk(i, "ffn_gate_inp.weight"), {D, E}, 0.0f, 3.0f / std::sqrt(float(D)));
     b.matrix(blk(i, "ffn_gate_exps.weight"), {D, F, E}, 0.5f);
