@@ -4,15 +4,20 @@
 // and a context overflow is refused.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
-#include <tuple>
 #include <cmath>
+#include <cstring>
+#include <span>
+#include <tuple>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "formats/gguf_writer.h"
 #include "models/qwen35moe/forward.h"
 #include "models/qwen35moe/state.h"
 #include "runtime/sampler.h"
@@ -408,4 +413,116 @@ TEST(Qwen3Next, EqualsTheSameWeightsInQwen35MoeLayout) {
   std::printf("[qwen3next vs qwen35moe layout] max |dlogit| %.3g (max |logit| %.3g)\n", max_err, max_ref);
   EXPECT_LE(max_err, 1e-5 * (1 + max_ref));
   EXPECT_EQ(greedy(*next, {1, 2, 3, 4, 5}, 24, ops::KvType::kF32), greedy(*ratio, {1, 2, 3, 4, 5}, 24, ops::KvType::kF32));
+}
+
+namespace {
+
+// A metadata value as the writer takes it (scalars and flat arrays: all a model file holds).
+gguf::Node to_node(const gguf::Value& v) {
+  using gguf::Node;
+  using gguf::ValueType;
+  switch (v.type()) {
+    case ValueType::U8: return Node::u8(v.as_u8());
+    case ValueType::I8: return Node::i8(v.as_i8());
+    case ValueType::U16: return Node::u16(v.as_u16());
+    case ValueType::I16: return Node::i16(v.as_i16());
+    case ValueType::U32: return Node::u32(v.as_u32());
+    case ValueType::I32: return Node::i32(v.as_i32());
+    case ValueType::F32: return Node::f32(v.as_f32());
+    case ValueType::Bool: return Node::boolean(v.as_bool());
+    case ValueType::String: return Node::str(v.as_str());
+    case ValueType::U64: return Node::u64(v.as_u64());
+    case ValueType::I64: return Node::i64(v.as_i64());
+    case ValueType::F64: return Node::f64(v.as_f64());
+    case ValueType::Array: break;
+  }
+  const gguf::Array& a = v.as_array();
+  auto plain = [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<T> x(a.size);
+    if (a.size) std::memcpy(x.data(), a.raw, a.size * sizeof(T));
+    return Node::array_of<T>(std::span<const T>(x));
+  };
+  switch (a.type) {
+    case ValueType::U8: return plain(uint8_t{});
+    case ValueType::I8: return plain(int8_t{});
+    case ValueType::U16: return plain(uint16_t{});
+    case ValueType::I16: return plain(int16_t{});
+    case ValueType::U32: return plain(uint32_t{});
+    case ValueType::I32: return plain(int32_t{});
+    case ValueType::F32: return plain(float{});
+    case ValueType::U64: return plain(uint64_t{});
+    case ValueType::I64: return plain(int64_t{});
+    case ValueType::F64: return plain(double{});
+    case ValueType::Bool: {
+      std::vector<bool> x(a.size);
+      for (uint64_t i = 0; i < a.size; ++i) x[i] = a.raw[i] != 0;
+      return Node::array_of_bool(x);
+    }
+    case ValueType::String: {
+      std::vector<std::string> x(a.strings.begin(), a.strings.end());
+      return Node::array_of_str(std::span<const std::string>(x));
+    }
+    default: break;
+  }
+  fail("to_node: nested array in '%s'", std::string(v.key()).c_str());
+}
+
+}  // namespace
+
+// Early qwen3next conversions hold each DeltaNet layer's q|k|v|z in-projection as one fused ssm_in tensor, rows
+// interleaved per key head (q, k, then the head's value heads' v rows and z rows: llama.cpp's legacy path). tern
+// rearranges those rows at load, so the same weights written that way give the same logits, bit for bit.
+TEST(Qwen3Next, LegacyFusedInProjectionGivesTheSameLogits) {
+  const fs::path src = kModels / "q35-next.f16.gguf";
+  const fs::path legacy = fs::temp_directory_path() / ("tern_legacy_next_" + std::to_string(::getpid()) + ".gguf");
+  {
+    const gguf::File f = gguf::File::open(src.string());
+    const Config c = Config::from_gguf(f);
+    gguf::Writer w;
+    for (const gguf::Value& v : f.metadata())
+      if (v.key() != gguf::kAlignmentKey) w.add(std::string(v.key()), to_node(v));
+    const int64_t dk = c.head_k_dim, vz = c.n_v_heads / c.n_k_heads * c.head_v_dim, hk = c.n_k_heads;
+    int64_t fused = 0;
+    for (const gguf::TensorInfo& t : f.tensors()) {
+      const std::string name(t.name);
+      std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+      if (name.ends_with(".attn_gate.weight")) continue;  // goes into ssm_in with its layer's attn_qkv
+      if (!name.ends_with(".attn_qkv.weight") || name.find("blk.") != 0 || !f.find_tensor(name.substr(0, name.size() - 15) + "attn_gate.weight")) {
+        w.add_tensor(name, t.type, ne, std::span<const uint8_t>(t.data, t.n_bytes));
+        continue;
+      }
+      const std::string pre = name.substr(0, name.size() - std::string("attn_qkv.weight").size());
+      const gguf::TensorInfo& z = *f.find_tensor(pre + "attn_gate.weight");
+      ASSERT_EQ(z.type, t.type);
+      const size_t rb = t.n_bytes / static_cast<size_t>(t.ne[1]);
+      std::vector<uint8_t> out;
+      auto rows = [&](const uint8_t* base, int64_t r0, int64_t n) {
+        out.insert(out.end(), base + r0 * rb, base + (r0 + n) * rb);
+      };
+      for (int64_t kh = 0; kh < hk; ++kh) {
+        rows(t.data, kh * dk, dk);                // q of key head kh
+        rows(t.data, hk * dk + kh * dk, dk);      // k
+        rows(t.data, 2 * hk * dk + kh * vz, vz);  // its value heads' v (grouped order)
+        rows(z.data, kh * vz, vz);                // and their z
+      }
+      w.add_tensor(pre + "ssm_in.weight", t.type, {t.ne[0], t.ne[1] + z.ne[1]}, out);
+      ++fused;
+    }
+    ASSERT_EQ(fused, c.n_deltanet_layers());
+    w.write(legacy.string());
+  }
+  auto a = Model::load(src.string());
+  auto b = Model::load(legacy.string());
+  const gguf::File lf = gguf::File::open(legacy.string());
+  EXPECT_EQ(lf.find_tensor("blk.0.attn_qkv.weight"), nullptr);
+  EXPECT_NE(lf.find_tensor("blk.0.ssm_in.weight"), nullptr);
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 70; ++i) toks.push_back((i * 29 + 5) % static_cast<int32_t>(a->config.n_vocab));
+  EXPECT_EQ(teacher_forced(*a, toks), teacher_forced(*b, toks));
+  auto ar = Model::load(src.string()), br = Model::load(legacy.string());  // repacked: rearranged rows repack alike
+  ar->repack(RepackScope::kAll);
+  br->repack(RepackScope::kAll);
+  EXPECT_EQ(teacher_forced(*ar, toks), teacher_forced(*br, toks));
+  fs::remove(legacy);
 }

@@ -4,7 +4,7 @@
 // (bench, logits). Keys (defaults in brackets): layers [4], embd [256], heads [4], kv_heads [1], head_dim [64],
 // experts [64], used [4], ff [256], shared_ff [256], vocab [512], k_heads [2], v_heads [4], head_k [32],
 // head_v [32], interval [4], type [f16] (matrices: f32, f16, q8_0, q4_0), seed [1], legacy_ssm_in [0] (1: layer 0
-// also carries the fused q|k|v|z `ssm_in` of early qwen3next conversions, which tern refuses).
+// also carries the fused q|k|v|z `ssm_in` of early qwen3next conversions, which a qwen35moe file may not hold).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>

@@ -57,6 +57,7 @@ class Loader {
     return u;
   }
   const gguf::File& file() const { return f_; }
+  backend::Backend& backend() { return be_; }
 
  private:
   void check_shape(const gguf::TensorInfo& t, const std::vector<int64_t>& shape) const {
@@ -93,13 +94,47 @@ void load_attention(Loader& L, const Config& c, int64_t i, AttentionWeights& a) 
   a.k_norm = L.vec(blk(i, "attn_k_norm.weight"), {c.head_dim});
 }
 
-void load_deltanet(Loader& L, const Config& c, int64_t i, DeltaNetWeights& d) {
-  if (L.has(blk(i, "ssm_in.weight")))
-    fail("%s: tensor '%s': the legacy fused q|k|v|z in-projection of early qwen3next conversions is not supported "
-         "(convert again with a current llama.cpp or tern convert: attn_qkv + attn_gate)",
-         L.file_name().c_str(), blk(i, "ssm_in.weight").c_str());
-  d.wqkv = L.linear(blk(i, "attn_qkv.weight"), {c.n_embd, c.conv_dim()});
-  d.wgate = L.linear(blk(i, "attn_gate.weight"), {c.n_embd, c.value_dim()});
+// Legacy qwen3next in-projection (early conversions): ssm_in {n_embd, 2 * key_dim + 2 * value_dim}, rows per key
+// head kh: q (head_k_dim), k (head_k_dim), then its R = n_v_heads / n_k_heads value heads' v rows and z rows
+// (grouped order, as llama.cpp's legacy path reads it). Its rows are copied once, at load, into backend memory in
+// the current layout (attn_qkv: all q, all k, all v; attn_gate: z), so the block sees one layout.
+void load_legacy_qkvz(Loader& L, const Config& c, int64_t i, DeltaNetWeights& d, Weights& w) {
+  const std::string name = blk(i, "ssm_in.weight");
+  if (c.arch != "qwen3next" || L.has(blk(i, "attn_qkv.weight")) || L.has(blk(i, "attn_gate.weight")))
+    fail("%s: tensor '%s': the fused q|k|v|z in-projection is read only in a qwen3next file without attn_qkv / "
+         "attn_gate (this is %s)", L.file_name().c_str(), name.c_str(), c.arch.c_str());
+  const int64_t dk = c.head_k_dim, R = c.n_v_heads / c.n_k_heads, vz = R * c.head_v_dim;
+  const Linear in = L.linear(name, {c.n_embd, 2 * c.n_k_heads * dk + 2 * c.value_dim()});
+  auto buf = L.backend().alloc(backend::BufferKind::kWeights, in.bytes());
+  uint8_t* dst = buf->data();
+  // destination row r of the new [conv_dim + value_dim] rows <- source row src(r)
+  int64_t r = 0;
+  auto put = [&](int64_t src_row, int64_t n) {
+    buf->write(static_cast<size_t>(r) * in.row_bytes, in.data + static_cast<size_t>(src_row) * in.row_bytes,
+               static_cast<size_t>(n) * in.row_bytes);
+    r += n;
+  };
+  const int64_t per_head = 2 * dk + 2 * vz;
+  for (int64_t kh = 0; kh < c.n_k_heads; ++kh) put(kh * per_head, dk);            // q
+  for (int64_t kh = 0; kh < c.n_k_heads; ++kh) put(kh * per_head + dk, dk);       // k
+  for (int64_t kh = 0; kh < c.n_k_heads; ++kh) put(kh * per_head + 2 * dk, vz);   // v
+  for (int64_t kh = 0; kh < c.n_k_heads; ++kh) put(kh * per_head + 2 * dk + vz, vz);  // z
+  Linear all = in;
+  all.data = dst;
+  d.wqkv = all.rows(0, c.conv_dim());
+  d.wqkv.name = name + " (q|k|v)";
+  d.wgate = all.rows(c.conv_dim(), c.value_dim());
+  d.wgate.name = name + " (z)";
+  w.owned.push_back(std::move(buf));
+}
+
+void load_deltanet(Loader& L, const Config& c, int64_t i, DeltaNetWeights& d, Weights& w) {
+  if (L.has(blk(i, "ssm_in.weight"))) {
+    load_legacy_qkvz(L, c, i, d, w);
+  } else {
+    d.wqkv = L.linear(blk(i, "attn_qkv.weight"), {c.n_embd, c.conv_dim()});
+    d.wgate = L.linear(blk(i, "attn_gate.weight"), {c.n_embd, c.value_dim()});
+  }
   if (const auto* ba = L.optional(blk(i, "ssm_ba.weight"), {c.n_embd, 2 * c.n_v_heads})) {
     d.wba = L.to_linear(*ba, blk(i, "ssm_ba.weight"));
   } else {
@@ -157,7 +192,7 @@ Weights Weights::load(const gguf::File& f, const Config& c, backend::Backend& be
     l.attn_norm = L.vec(blk(i, "attn_norm.weight"), {c.n_embd});
     l.post_norm = L.vec(blk(i, "post_attention_norm.weight"), {c.n_embd});
     if (l.kind == LayerKind::kAttention) load_attention(L, c, i, l.attn);
-    else load_deltanet(L, c, i, l.dn);
+    else load_deltanet(L, c, i, l.dn, w);
     if (c.dense()) load_ffn(L, c, i, l.ffn);
     else load_moe(L, c, i, l.moe);
   }
@@ -222,7 +257,8 @@ RepackReport Model::repack(RepackScope scope) {
     repacked.push_back(std::move(buf));
     ++rep.matrices;
     rep.bytes += w.bytes();
-    if (drop_source) {
+    const bool in_file = src.data >= file->base() && src.data + src.bytes() <= file->base() + file->file_size();
+    if (drop_source && in_file) {  // (a matrix rearranged at load lives in its own buffer, freed with the model)
       rep.file_bytes += src.bytes();
       drop_pages(src.data, src.bytes());
     }

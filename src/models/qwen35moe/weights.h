@@ -35,6 +35,7 @@ struct Weights {
   backend::Floats output_norm;
   std::vector<LayerWeights> layers;
   std::vector<std::string> unused;  // tensors present but not used (MTP blocks), reported at load
+  std::vector<std::shared_ptr<backend::Buffer>> owned;  // matrices rearranged at load (legacy qwen3next ssm_in)
 
   // Matrices stay where the backend maps them (the CPU: the file, zero copy); vectors are copied into it.
   static Weights load(const gguf::File& f, const Config& c, backend::Backend& be);  // throws Error naming the tensor
