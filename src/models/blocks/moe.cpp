@@ -90,9 +90,13 @@ void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, Ex
     TERN_PROFILE(prof_shexp, "moe.shared", w.shexp_gate.bytes());
     const float* sd = out + row * D;
     dump("ffn_shexp", layer, sd, {n_rows, D});
-    float* gate = s.sgate.grow<float>(be, n_rows);
-    be.matmul(w.shexp_gate, x, n_rows, gate);
-    be.add_gated_rows(y, sd, gate, n_rows, D);
+    if (w.shexp_gate.present()) {  // Qwen: sigmoid-gated; DeepSeek-V3 / GLM: added as it is
+      float* gate = s.sgate.grow<float>(be, n_rows);
+      be.matmul(w.shexp_gate, x, n_rows, gate);
+      be.add_gated_rows(y, sd, gate, n_rows, D);
+    } else {
+      be.add(y, sd, n_rows * D);
+    }
   }
   dump("ffn_out", layer, y, {n_rows, D});
 }

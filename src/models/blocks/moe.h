@@ -1,5 +1,6 @@
-// Qwen3.5-MoE FFN (contract section 9): softmax router, top-k renormalised, SwiGLU experts run over the batch's
-// tokens grouped by expert, plus the sigmoid-gated shared expert. All experts of a step (and the shared one)
+// MoE FFN (Qwen3.5-MoE: contract section 9): router (softmax or sigmoid with a selection bias), top-k, SwiGLU experts
+// run over the batch's tokens grouped by expert, plus the shared expert (sigmoid-gated, or ungated when the
+// weights have no shared gate). All experts of a step (and the shared one)
 // run as one backend::swiglu_ffns call (mapped experts; a streamed expert runs on its own). Each token's expert
 // outputs are summed in its top-k order, so its result never depends on the other tokens in the batch.
 #pragma once
@@ -32,7 +33,7 @@ struct MoeWeights {
   bool fused_gate_up = false;     // gate_exps holds {n_embd, 2 * n_ff_exp, n_expert} (gate rows then up rows)
   Linear gate_shexp, up_shexp;    // {n_embd, n_ff_shexp}; absent when n_ff_shexp == 0
   Linear down_shexp;              // {n_ff_shexp, n_embd}
-  Linear shexp_gate;              // {n_embd} -> 1 output
+  Linear shexp_gate;              // {n_embd} -> 1 output: sigmoid gate of the shared expert; absent: ungated
   Linear expert_gate(int64_t e, int64_t n_ff) const;
   Linear expert_up(int64_t e, int64_t n_ff) const;
   Linear expert_down(int64_t e, int64_t n_embd) const { return down_exps.rows(e * n_embd, n_embd); }
