@@ -268,13 +268,13 @@ TEST_P(ModelFixture, ContextOverflowIsAnError) {
 // agreement and mean KL <= 0.05 nats on these toy models; F32/F16 must agree at every position. Rows where
 // llama.cpp's top two logits are within 0.05 of each other (near ties, which that rounding can flip; a long
 // prompt keeps only 8 rows, so one tie would otherwise decide) are left out of the quantized agreement count.
-TEST_P(ModelFixture, MatchesLlamaCpp) {
-  const fs::path ref = dir() / ("ref_llamacpp_" + GetParam().type + ".json");
-  if (!fs::exists(ref)) GTEST_SKIP() << "no llama.cpp reference recorded for " << ref.filename();
-  auto model = load();
-  const int64_t V = model->config.n_vocab;
+// Teacher-forced logits against llama.cpp on the same file (ref_llamacpp_<type>.json): top-1 agreement >= 0.90 (all
+// rows for exact weights; quantized: rows where llama.cpp's top two are within 0.05 are left out, the engines round
+// activations at different points), mean KL <= 0.05.
+void expect_matches_llamacpp(Model& model, const fs::path& ref, bool exact_weights, const std::string& label) {
+  const int64_t V = model.config.n_vocab;
   for (const Prompt& p : read_prompts(ref)) {
-    std::vector<float> lg = teacher_forced(*model, p.tokens);
+    std::vector<float> lg = teacher_forced(model, p.tokens);
     int agree = 0, ties = 0;
     double kl_sum = 0;
     for (int64_t r = 0; r < p.rows; ++r) {
@@ -285,7 +285,7 @@ TEST_P(ModelFixture, MatchesLlamaCpp) {
       for (int64_t v = 0; v < V; ++v)
         if (v != ta) second = std::max(second, a[v]);
       if (ta == runtime::argmax(b, V)) ++agree;
-      else if (!exact_weights() && a[ta] - second < 0.05f) ++ties;
+      else if (!exact_weights && a[ta] - second < 0.05f) ++ties;
       double ma = -INFINITY, mb = -INFINITY, za = 0, zb = 0, kl = 0;
       for (int64_t v = 0; v < V; ++v) ma = std::max(ma, double(a[v])), mb = std::max(mb, double(b[v]));
       for (int64_t v = 0; v < V; ++v) za += std::exp(a[v] - ma), zb += std::exp(b[v] - mb);
@@ -296,12 +296,19 @@ TEST_P(ModelFixture, MatchesLlamaCpp) {
       kl_sum += kl;
     }
     const double frac = double(agree) / static_cast<double>(p.rows - ties), kl = kl_sum / p.rows;
-    std::printf("[llama.cpp %s.%s %s] top-1 agreement %.3f (%d near ties left out), mean KL %.2e\n",
-                GetParam().preset.c_str(), GetParam().type.c_str(), p.name.c_str(), frac, ties, kl);
-    if (exact_weights()) EXPECT_EQ(agree, p.rows) << p.name;
+    std::printf("[llama.cpp %s %s] top-1 agreement %.3f (%d near ties left out), mean KL %.2e\n", label.c_str(),
+                p.name.c_str(), frac, ties, kl);
+    if (exact_weights) EXPECT_EQ(agree, p.rows) << p.name;
     EXPECT_GE(frac, 0.90) << p.name;
     EXPECT_LE(kl, 0.05) << p.name;
   }
+}
+
+TEST_P(ModelFixture, MatchesLlamaCpp) {
+  const fs::path ref = dir() / ("ref_llamacpp_" + GetParam().type + ".json");
+  if (!fs::exists(ref)) GTEST_SKIP() << "no llama.cpp reference recorded for " << ref.filename();
+  auto model = load();
+  expect_matches_llamacpp(*model, ref, exact_weights(), GetParam().preset + "." + GetParam().type);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFixture, ::testing::ValuesIn(all_cases()),
@@ -541,7 +548,8 @@ TEST(Qwen3Next, LegacyFusedInProjectionGivesTheSameLogits) {
 
 // F32 files of the transformers-made qwen3next and qwen35 fixtures, written at test time from the committed F16
 // ones (their weights are f16-representable, so the upcast is exact: the same model as transformers holds; not
-// committed, for the fixture budget). They must pass the transformers checks the F32 rows of q35-ratio pass.
+// committed, for the fixture budget). They must pass the transformers checks the F32 rows of q35-ratio pass, and
+// agree with llama.cpp on the same values (ref_llamacpp_f32.json: tools/make_f32_refs.py).
 TEST(Fixtures, F32OfTheTransformersMadeArchitectures) {
   for (const char* preset : {"next-tiny", "dense-tiny"}) {
     SCOPED_TRACE(preset);
@@ -579,6 +587,7 @@ TEST(Fixtures, F32OfTheTransformersMadeArchitectures) {
     EXPECT_EQ(model->weights.output.type, quant::Type::F32);
     expect_matches_transformers(*model, kModels / preset / "ref_hf.json");
     expect_greedy_matches_transformers(*model, kModels / preset / "ref_hf.json");
+    expect_matches_llamacpp(*model, kModels / preset / "ref_llamacpp_f32.json", true, std::string(preset) + ".f32");
     fs::remove(dst);
   }
 }
