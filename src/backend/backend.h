@@ -178,7 +178,7 @@ class Backend {
                                   float* state, float* y) = 0;
   virtual void l2_norm(const float* x, float* y, int64_t n_rows, int64_t n, float eps) = 0;
   // The gated delta rule over one sequence; `grouped`: value head p pairs with key head p / (Hv / Hk) (qwen3next),
-  // else p % Hk (the kernels' tiled order). The recurrent state is in the tiled order either way.
+  // else p % Hk (tiled: qwen35/qwen35moe GGUFs). The recurrent state is in the inputs' value-head order.
   virtual void gated_delta_rule(const ops::DeltaRuleShape& shape, const ops::DeltaRuleInputs& in, bool grouped,
                                 float* state, float* out) = 0;
 

@@ -238,12 +238,11 @@ class CpuBackend final : public Backend {
   void sync() override {}
 
  private:
-  // Workspace of swiglu_ffns and the grouped delta rule, kept across calls (one forward at a time).
+  // Workspace of swiglu_ffns, kept across calls (one forward at a time).
   std::vector<Matrix> q_fmt_;                // activation formats quantized for this call ...
   std::vector<std::vector<uint8_t>> q_buf_;  // ... and those activations [n_rows, act_row_bytes]
   std::vector<float> h_;                     // SwiGLU rows of every job [rows, F]
   std::vector<uint8_t> down_q_;              // every job's down input, quantized
-  std::vector<float> perm_;                  // grouped delta rule: inputs and outputs in the tiled order
 };
 
 size_t act_row_bytes(const Matrix& w) {
@@ -357,33 +356,9 @@ void CpuBackend::swiglu_ffns(const std::vector<FfnJob>& jobs, const float* x, in
 
 void CpuBackend::gated_delta_rule(const ops::DeltaRuleShape& shape, const ops::DeltaRuleInputs& in, bool grouped,
                                   float* state, float* out) {
-  const int64_t hv = shape.n_v_heads, hk = shape.n_k_heads, R = hv / hk;
-  if (!grouped || R == 1) {
-    ops::gated_delta_rule(shape, in, state, out);
-    return;
-  }
-  // The kernels pair value head p with key head p % Hk (tiled). Grouped weights pair it with p / R: feed the
-  // kernel each value head at tiled slot (p % R) * Hk + p / R, and put its output back.
-  const int64_t n = shape.n_tokens, dv = shape.head_v_dim, vdim = hv * dv;
-  float* pv = grow(perm_, n * (2 * vdim + 2 * hv));
-  float* po = pv + n * vdim;
-  float* pg = po + n * vdim;
-  float* pb = pg + n * hv;
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t p = 0; p < hv; ++p) {
-      const int64_t q = (p % R) * hk + p / R;
-      std::copy_n(in.v + t * in.v_stride + p * dv, dv, pv + t * vdim + q * dv);
-      pg[t * hv + q] = in.g[t * hv + p];
-      pb[t * hv + q] = in.beta[t * hv + p];
-    }
-  ops::DeltaRuleInputs tiled = in;
-  tiled.v = pv;
-  tiled.v_stride = vdim;
-  tiled.g = pg;
-  tiled.beta = pb;
-  ops::gated_delta_rule(shape, tiled, state, po);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t p = 0; p < hv; ++p) std::copy_n(po + t * vdim + ((p % R) * hk + p / R) * dv, dv, out + t * vdim + p * dv);
+  ops::DeltaRuleShape s = shape;
+  s.grouped = grouped;  // the kernels' head map (ops/delta_rule.h): no copies
+  ops::gated_delta_rule(s, in, state, out);
 }
 
 }  // namespace

@@ -168,9 +168,9 @@ void chunk_step(const DeltaHead& h, int64_t t0, int64_t n, ChunkScratch& c) {
   }
 }
 
-// Value head h's view of the inputs (key head h % Hk: the tiled GGUF convention).
+// Value head h's view of the inputs: key head h % Hk (the tiled GGUF convention) or h / (Hv / Hk) (grouped).
 DeltaHead head_view(const DeltaRuleShape& s, const DeltaRuleInputs& in, int64_t h, float* state, float* out) {
-  const int64_t kh = h % s.n_k_heads;
+  const int64_t kh = s.grouped ? h / (s.n_v_heads / s.n_k_heads) : h % s.n_k_heads;
   DeltaHead d;
   d.q = in.q + kh * s.head_k_dim;
   d.k = in.k + kh * s.head_k_dim;

@@ -3,9 +3,9 @@
 //
 // Conventions (parameter-free, shared by both forms):
 // - Head sharing: value head h uses key head h % n_k_heads — the *tiled* order of a qwen35moe GGUF (the
-//   converter reorders V heads; ggml's fused op uses iq1 = iv1 % neq1). HF checkpoints use the blocked
-//   order h / (n_v_heads / n_k_heads) instead; a loader of HF weights must permute the value-head-indexed
-//   tensors to tiled order first (contract 8.4). The state is then in tiled head order too.
+//   converter reorders V heads; ggml's fused op uses iq1 = iv1 % neq1) — or, with `grouped`, key head
+//   h / (n_v_heads / n_k_heads): the blocked order of HF checkpoints and of qwen3next GGUFs (contract 8.4).
+//   The state's head order is the inputs' value-head order either way.
 // - q and k arrive already l2-normalised (ops::l2_norm, eps = rms_norm_eps, as llama.cpp); the kernels
 //   multiply q by 1/sqrt(head_k_dim) themselves (HF and llama.cpp scale q, not the output).
 // - State layout: [n_v_heads][head_k_dim][head_v_dim] f32, S[h][i][j] with i the key index, j the value
@@ -25,6 +25,7 @@ struct DeltaRuleShape {
   int64_t n_v_heads = 0;   // Hv (32); a multiple of n_k_heads
   int64_t head_k_dim = 0;  // dk (128)
   int64_t head_v_dim = 0;  // dv (128)
+  bool grouped = false;    // value head h pairs with key head h / (Hv / Hk) (else h % Hk)
 };
 
 // Inputs for n_tokens tokens. Token t, key head kh: q + t * q_stride + kh * head_k_dim (same for k);

@@ -121,6 +121,7 @@ namespace {
 
 struct DeltaCase {
   int64_t n_k_heads, n_v_heads, dk, dv;
+  bool grouped = false;  // value head h uses key head h / (Hv / Hk) (qwen3next) instead of h % Hk
 };
 
 // Inputs in the conv-output layout [q | k | v] per token: q, k l2-normalised, mixed decays g = -exp(U(-5, 3)),
@@ -146,7 +147,7 @@ struct DeltaInputs {
     for (auto& x : g) x = static_cast<float>(-std::exp(logmag(rng)));
     for (auto& x : beta) x = static_cast<float>(u01(rng));
   }
-  DeltaRuleShape shape(int64_t n) const { return {n, c.n_k_heads, c.n_v_heads, c.dk, c.dv}; }
+  DeltaRuleShape shape(int64_t n) const { return {n, c.n_k_heads, c.n_v_heads, c.dk, c.dv, c.grouped}; }
   DeltaRuleInputs view(int64_t t0 = 0) const {
     const float* base = qkv.data() + t0 * row;
     return {base,
@@ -167,6 +168,7 @@ const DeltaCase kDeltaCases[] = {
     {1, 2, 37, 45},    // odd dims: tails in every vector loop
     {2, 2, 16, 130},   // dv just past a column block
     {1, 1, 8, 8},
+    {2, 6, 16, 24, true},  // grouped heads (qwen3next): 3 value heads per key head
 };
 
 }  // namespace
@@ -189,7 +191,8 @@ TEST_P(IsaDeltaRule, VsRefAndChunkedEqualsRecurrent) {
       gated_delta_rule_chunked(in.shape(T), in.view(), s_cr.data(), o_cr.data(), Isa::kRef);
       gated_delta_rule_recurrent(in.shape(T), in.view(), s_r.data(), o_r.data(), isa());
       gated_delta_rule_chunked(in.shape(T), in.view(), s_c.data(), o_c.data(), isa());
-      const std::string at = "dk " + std::to_string(c.dk) + " dv " + std::to_string(c.dv) + " T " + std::to_string(T);
+      const std::string at = "dk " + std::to_string(c.dk) + " dv " + std::to_string(c.dv) + " T " + std::to_string(T) +
+                             (c.grouped ? " grouped" : "");
       EXPECT_TRUE(o_r.ok() && o_c.ok()) << at;
       EXPECT_LE(nmse(o_r.values(), o_rr), 1e-10) << at << " recurrent out";
       EXPECT_LE(nmse(s_r, s_rr), 1e-10) << at << " recurrent state";
