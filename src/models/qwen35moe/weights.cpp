@@ -104,14 +104,14 @@ void load_legacy_qkvz(Loader& L, const Config& c, int64_t i, DeltaNetWeights& d,
     fail("%s: tensor '%s': the fused q|k|v|z in-projection is read only in a qwen3next file without attn_qkv / "
          "attn_gate (this is %s)", L.file_name().c_str(), name.c_str(), c.arch.c_str());
   const int64_t dk = c.head_k_dim, R = c.n_v_heads / c.n_k_heads, vz = R * c.head_v_dim;
-  const Linear in = L.linear(name, {c.n_embd, 2 * c.n_k_heads * dk + 2 * c.value_dim()});
-  auto buf = L.backend().alloc(backend::BufferKind::kWeights, in.bytes());
-  uint8_t* dst = buf->data();
-  // destination row r of the new [conv_dim + value_dim] rows <- source row src(r)
+  const gguf::TensorInfo& t = L.tensor(name, {c.n_embd, 2 * c.n_k_heads * dk + 2 * c.value_dim()});
+  Linear all = L.to_linear(t, name);  // the shape and type; its rows are read from the file's bytes below
+  auto buf = L.backend().alloc(backend::BufferKind::kWeights, all.bytes());
+  // the new [conv_dim + value_dim] rows, in order, from the file's rows (host bytes: Buffer::write uploads them)
   int64_t r = 0;
   auto put = [&](int64_t src_row, int64_t n) {
-    buf->write(static_cast<size_t>(r) * in.row_bytes, in.data + static_cast<size_t>(src_row) * in.row_bytes,
-               static_cast<size_t>(n) * in.row_bytes);
+    buf->write(static_cast<size_t>(r) * all.row_bytes, t.data + static_cast<size_t>(src_row) * all.row_bytes,
+               static_cast<size_t>(n) * all.row_bytes);
     r += n;
   };
   const int64_t per_head = 2 * dk + 2 * vz;
@@ -119,8 +119,8 @@ void load_legacy_qkvz(Loader& L, const Config& c, int64_t i, DeltaNetWeights& d,
   for (int64_t kh = 0; kh < c.n_k_heads; ++kh) put(kh * per_head + dk, dk);       // k
   for (int64_t kh = 0; kh < c.n_k_heads; ++kh) put(kh * per_head + 2 * dk, vz);   // v
   for (int64_t kh = 0; kh < c.n_k_heads; ++kh) put(kh * per_head + 2 * dk + vz, vz);  // z
-  Linear all = in;
-  all.data = dst;
+  drop_pages(t.data, t.n_bytes);  // never read again: the file's pages leave the resident set
+  all.data = buf->data();
   d.wqkv = all.rows(0, c.conv_dim());
   d.wqkv.name = name + " (q|k|v)";
   d.wgate = all.rows(c.conv_dim(), c.value_dim());
