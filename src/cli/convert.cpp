@@ -31,7 +31,9 @@ static RunFn setup_convert(CLI::App& app) {
   app.add_option("-o,--output", o->c.output, "Output GGUF path");
   app.add_option("--type", o->type, "Output type: " + convert::file_type_list())->capture_default_str();
   app.add_option("--expert-type", o->expert_type, "Type for routed-expert tensors (ffn_*_exps), e.g. q4_k");
-  app.add_flag("--keep-mtp", o->c.keep_mtp, "Export the MTP block (mtp.*) as block n_layer with nextn keys");
+  app.add_flag("--no-mtp", o->c.no_mtp,
+               "Drop the multi-token-prediction block (mtp.*); by default it is written as block n_layer with the "
+               "nextn keys, as llama.cpp's converter does");
   app.add_flag("--dry-run", o->c.dry_run, "Print the plan (tensor counts, output size per type); write nothing");
   app.add_option("--vocab-pre", o->c.vocab_pre, "tokenizer.ggml.pre value (default: detected from tokenizer.json)");
   app.add_option("--name", o->c.name, "general.name (default: the input directory's base name)");

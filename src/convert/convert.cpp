@@ -167,7 +167,7 @@ void remove_temp_on_signal() {
 
 Prepared prepare(const Options& o) {
   Prepared p{Checkpoint::open(o.input_dir), {}, {}, {}};
-  p.plan = make_plan(p.ck, o.keep_mtp);
+  p.plan = make_plan(p.ck, !o.no_mtp);
   p.types = choose_types(p.plan, p.ck.hp, o.type, o.expert_type);
   VocabOptions vo;
   vo.pre = o.vocab_pre;
@@ -181,7 +181,7 @@ std::string describe_plan(const Prepared& p, const Options& o) {
     << " tensors)\n";
   s << "  converted: " << p.plan.n_sources_converted << " source tensors -> " << p.plan.tensors.size()
     << " GGUF tensors (" << p.plan.block_count << " blocks)\n";
-  s << "  skipped:   " << p.plan.n_skipped_mtp << " mtp.*" << (o.keep_mtp ? "" : " (use --keep-mtp to export)")
+  s << "  skipped:   " << p.plan.n_skipped_mtp << " mtp.*" << (o.no_mtp ? " (--no-mtp)" : "")
     << ", " << p.plan.n_skipped_visual << " model.visual.*\n";
   const uint64_t hdr = header_bytes(p).size();
   s << "output size per --type (header " << hdr << " bytes):\n";

@@ -21,7 +21,7 @@ struct Options {
   std::string output;                          // OUT.gguf
   FileType type = FileType::F16;               // --type
   std::optional<quant::Type> expert_type;      // --expert-type (routed experts)
-  bool keep_mtp = false;                       // --keep-mtp: export mtp.* as block n_layer (+ nextn keys)
+  bool no_mtp = false;                         // --no-mtp: drop mtp.* (default: exported as block n_layer + nextn keys)
   bool dry_run = false;                        // --dry-run: print the plan, write nothing
   std::string vocab_pre;                       // --vocab-pre: tokenizer.ggml.pre override
   std::string name;                            // general.name; empty = input directory base name
