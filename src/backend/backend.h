@@ -92,6 +92,13 @@ class Scratch {
   }
   size_t bytes() const { return buf_ ? buf_->bytes() : 0; }
   void read(void* dst, size_t n) const { buf_->read(0, dst, n); }  // the first n bytes, to the host
+  // Grows to n bytes and fills them from the host; returns the device pointer.
+  template <typename T>
+  T* upload(Backend& be, const T* src, int64_t n) {
+    T* p = grow<T>(be, n);
+    buf_->write(0, src, static_cast<size_t>(n) * sizeof(T));
+    return p;
+  }
 
  private:
   uint8_t* grow_bytes(Backend& be, size_t n);
@@ -156,6 +163,10 @@ class Backend {
   virtual void add_gated_rows(float* y, const float* s, const float* gate, int64_t n_rows, int64_t D) = 0;
   // rows_out[i] = x[rows[i]] for n rows of D (rows in host memory).
   virtual void gather_rows(const float* x, const int64_t* rows, int64_t n, int64_t D, float* rows_out) = 0;
+  // dst = src, n bytes, both in this backend's memory.
+  virtual void copy(void* dst, const void* src, size_t n) = 0;
+  // out[r] = [a[r] (da values) | b[r] (db values)] for n_rows rows.
+  virtual void concat_rows(const float* a, int64_t da, const float* b, int64_t db, int64_t n_rows, float* out) = 0;
 
   // ---- attention
   virtual void split_q_gate(const float* qg, int64_t n_tok, int64_t n_head, int64_t head_dim, float* q,

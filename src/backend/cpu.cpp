@@ -172,6 +172,13 @@ class CpuBackend final : public Backend {
   void gather_rows(const float* x, const int64_t* rows, int64_t n, int64_t D, float* out) override {
     for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * D, x + rows[i] * D, static_cast<size_t>(D) * sizeof(float));
   }
+  void copy(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void concat_rows(const float* a, int64_t da, const float* b, int64_t db, int64_t n_rows, float* out) override {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      std::memcpy(out + r * (da + db), a + r * da, static_cast<size_t>(da) * sizeof(float));
+      std::memcpy(out + r * (da + db) + da, b + r * db, static_cast<size_t>(db) * sizeof(float));
+    }
+  }
 
   void split_q_gate(const float* qg, int64_t n_tok, int64_t n_head, int64_t head_dim, float* q,
                     float* gate) override {

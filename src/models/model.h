@@ -21,6 +21,7 @@ struct ModelInfo {
   int64_t n_ctx_train = 0;
   int64_t n_expert = 0;        // routed experts per layer (0: dense FFN)
   int64_t n_expert_used = 0;
+  int64_t n_mtp = 0;           // multi-token-prediction (nextn) blocks in the file; the first can draft
   std::string summary;         // one line for the load log, e.g. "8 layers (2 attention, 6 DeltaNet), 16 experts top-2"
 };
 
@@ -53,6 +54,17 @@ struct SeqInput {
   SequenceState* state = nullptr;
   std::vector<int32_t> tokens;  // new tokens, appended at state->n_past()
   bool all_logits = false;      // logits for every new token (teacher forcing) or only the last
+  bool hidden = false;          // also keep the final-normed hidden state of every new token (Model::hidden())
+};
+
+// One sequence's rows for the draft (MTP) block: each token paired with a hidden state (the trunk's final-normed
+// hidden state of the position before it, or the draft block's own output for a chained draft). The rows are
+// appended to state->draft(), whose positions are its own.
+struct DraftInput {
+  SequenceState* state = nullptr;
+  std::vector<int32_t> tokens;
+  std::vector<float> hidden;  // [tokens.size(), n_embd]
+  bool all_logits = false;
 };
 
 class ModelShape {
@@ -82,6 +94,15 @@ class Model : public ModelShape {
   // sequence order (all rows or the last row of each sequence). Throws Error (without touching any state) if a
   // token id is out of range or a sequence would pass its context size.
   virtual const std::vector<float>& forward(std::vector<SeqInput>& batch) = 0;
+  // Hidden rows [n, n_embd] of the last forward (every new token of the sequences that asked, in order) or of the
+  // last forward_draft (every row: the draft block's output, which feeds its next step).
+  virtual const std::vector<float>& hidden() const = 0;
+  // Whether the model can draft (the file has an MTP block); states then carry a draft() state.
+  virtual bool can_draft() const = 0;
+  // One forward of the draft block over every sequence's rows; advances their draft states. Returns logits rows
+  // like forward(). Throws Error (without touching any state) for a model without a draft block, a row count
+  // mismatch, a token out of range or a draft state past its context.
+  virtual const std::vector<float>& forward_draft(std::vector<DraftInput>& batch) = 0;
   virtual bool experts_streamed() const = 0;
   virtual int64_t expert_slots() const = 0;
   virtual ExpertCacheStats expert_stats() const = 0;

@@ -4,6 +4,9 @@
 // the runtime, the scheduler and the prefix cache hold and snapshot states (Buffer::read / write) without knowing
 // the model. Layout: docs/STATE_LAYOUT.md.
 // The context size is fixed at creation; a forward that would pass it is refused (never overwritten).
+// A model with a draft block (MTP) flags that block's layer in the shape: it lives in a nested state, draft(), with
+// its own positions. Snapshots (prefix cache) and checkpoints (speculative decoding) are taken here, so callers
+// never copy layouts themselves.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -18,7 +21,9 @@ struct LayerStateShape {
   int64_t n_head_kv = 0, head_dim = 0;  // attention layer: K and V caches; 0 for a layer without one
   int64_t conv_floats = 0;              // recurrent layer: conv state (e.g. [conv_dim][kernel - 1])
   int64_t ssm_floats = 0;               // recurrent layer: recurrent state (e.g. [n_v_heads][head_k_dim][head_v_dim])
+  bool draft = false;                   // a layer of the draft block (MTP): held by SequenceState::draft()
   bool has_kv() const { return n_head_kv > 0 && head_dim > 0; }
+  bool recurrent() const { return conv_floats > 0 || ssm_floats > 0; }
 };
 using StateShape = std::vector<LayerStateShape>;  // [n_layer]
 
@@ -26,6 +31,19 @@ struct LayerState {
   std::unique_ptr<backend::Buffer> k, v;   // attention layers: KV cache bytes (null elsewhere)
   std::unique_ptr<backend::Buffer> conv;   // recurrent layers: conv state, f32 (null elsewhere)
   std::unique_ptr<backend::Buffer> ssm;    // recurrent layers: recurrent state, f32 (null elsewhere)
+  // Checkpoints (recurrent layers, when enabled): the conv and recurrent states after each token of the last
+  // forward, [capacity][conv_floats] and [capacity][ssm_floats].
+  std::unique_ptr<backend::Buffer> conv_ckpt, ssm_ckpt;
+};
+
+// A host copy of a state at n_past: the first n_past rows of each KV cache, the recurrent states, and the draft
+// state's. Restored into a state of the same shape and context (prefix cache).
+struct StateSnapshot {
+  int64_t n_past = 0;
+  std::vector<std::vector<uint8_t>> k, v;      // [layer] [n_head_kv][n_past][head_dim] KV elements
+  std::vector<std::vector<uint8_t>> conv, ssm; // [layer] raw f32 bytes
+  std::unique_ptr<StateSnapshot> draft;
+  size_t bytes() const;
 };
 
 class SequenceState {
@@ -35,7 +53,23 @@ class SequenceState {
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_past() const { return n_past_; }
   void advance(int64_t n) { n_past_ += n; }
-  void reset();  // empty sequence: n_past 0, recurrent states zeroed
+  void reset();  // empty sequence: n_past 0, recurrent states zeroed (the draft state's too)
+  // The draft block's state (its own KV and positions), or null when the model has none.
+  SequenceState* draft() { return draft_.get(); }
+
+  StateSnapshot snapshot() const;
+  void restore(const StateSnapshot& s);  // throws Error when the snapshot does not fit this state
+
+  // Checkpoints for speculative decoding. With capacity k > 0, a forward of 1..k tokens keeps the recurrent
+  // states after each of its tokens (the model's blocks call begin_forward / checkpoint slots), so rollback(n) can
+  // return to any position n from the first of those tokens to n_past. KV rows need no copy: rows past n_past are
+  // never read and are overwritten by the next forward. A state without recurrent layers rolls back anywhere.
+  void set_checkpoint_capacity(backend::Backend& be, int64_t k);
+  int64_t checkpoint_capacity() const { return ckpt_cap_; }
+  void begin_forward(int64_t n);             // called by the model before a forward of n tokens
+  bool recording() const { return recording_; }  // this forward keeps per-token recurrent states
+  void rollback(int64_t n_past);             // throws Error outside the range that can be returned to
+  backend::Backend* backend() const { return be_; }
   ops::KvType kv_type() const { return kv_type_; }
   int64_t n_layer() const { return static_cast<int64_t>(layers_.size()); }
   ops::KvCacheView kv(int64_t layer);
@@ -47,11 +81,17 @@ class SequenceState {
   static size_t bytes_for(const StateShape& shape, int64_t n_ctx, ops::KvType kv_type);
 
  private:
+  backend::Backend* be_;
   StateShape shape_;
   int64_t n_ctx_;
   int64_t n_past_ = 0;
   ops::KvType kv_type_;
   std::vector<LayerState> layers_;
+  std::unique_ptr<SequenceState> draft_;
+  bool has_recurrent_ = false;
+  int64_t ckpt_cap_ = 0;
+  bool recording_ = false;
+  int64_t ckpt_base_ = 0, ckpt_n_ = 0;  // the recorded forward: positions ckpt_base_ + 1 .. ckpt_base_ + ckpt_n_
 };
 
 }  // namespace tern::models

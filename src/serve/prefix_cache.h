@@ -1,5 +1,6 @@
-// Prefix cache: snapshots of a sequence's whole state (the first n rows of every attention layer's KV, and every
-// DeltaNet layer's conv and recurrent state) keyed by the n tokens that produced it, kept within a byte budget
+// Prefix cache: snapshots of a sequence's whole state (SequenceState::snapshot: the first n rows of every attention
+// layer's KV, every DeltaNet layer's conv and recurrent state, the draft block's KV) keyed by the n tokens that
+// produced it, kept within a byte budget
 // (least recently used first out). A new prompt resumes from the longest cached prefix, so a follow-up chat turn
 // only processes what is new. Recurrent state cannot be rolled back, so only exact snapshot points can be hit;
 // the scheduler takes them at the end of each message (after end-of-turn tokens), at the end of the prompt and at
@@ -20,7 +21,7 @@ struct PrefixCacheStats {
 
 class PrefixCache {
  public:
-  PrefixCache(size_t budget_bytes, int64_t n_layer) : n_layer_(n_layer) { stats_.budget = budget_bytes; }
+  explicit PrefixCache(size_t budget_bytes) { stats_.budget = budget_bytes; }
   bool enabled() const { return stats_.budget > 0; }
 
   // Restores into `state` (which must be empty) the longest cached prefix of `prompt` shorter than the whole
@@ -34,11 +35,9 @@ class PrefixCache {
  private:
   struct Entry {
     std::vector<int32_t> tokens;
-    std::vector<std::vector<uint8_t>> k, v;    // [layer] attention: [n_head_kv][n][head_dim] KV elements
-    std::vector<std::vector<float>> conv, ssm; // [layer] recurrent states, as in LayerState
+    models::StateSnapshot state;  // SequenceState::snapshot(): KV rows, recurrent states, the draft state's
     size_t bytes = 0;
   };
-  int64_t n_layer_;
   std::list<Entry> lru_;  // front: most recently used
   PrefixCacheStats stats_;
 };

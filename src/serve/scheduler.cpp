@@ -73,7 +73,7 @@ struct Scheduler::Job {
 
 Scheduler::Scheduler(runtime::Engine& engine, const text::Tokenizer& tok, const SchedulerOptions& o)
     : engine_(engine), tok_(tok), o_(o), n_ctx_(o.n_ctx > 0 ? o.n_ctx : engine.n_ctx()),
-      cache_(o.cache_bytes, engine.info().n_layer) {
+      cache_(o.cache_bytes) {
   if (o_.parallel < 1) fail("--parallel must be >= 1 (got %d)", o_.parallel);
   if (o_.batch < 1) fail("--batch must be >= 1 (got %d)", o_.batch);
   if (o_.max_queue < 0) fail("--max-queue must be >= 0 (got %d)", o_.max_queue);

@@ -145,6 +145,18 @@ TEST(BackendOps, ElementwiseAgainstFormulas) {
       EXPECT_EQ(got[d], x[(rows - 1) * D + d]);
       EXPECT_EQ(got[D + d], x[d]);
     }
+
+    std::vector<float> cp(D, 0.0f);
+    be->copy(cp.data(), x.data() + D, D * sizeof(float));
+    EXPECT_EQ(cp, std::vector<float>(x.begin() + D, x.begin() + 2 * D));
+
+    const int64_t da = 3;
+    std::vector<float> cat(rows * (da + D));
+    be->concat_rows(sh.data(), da, x.data(), D, rows, cat.data());
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t d = 0; d < da; ++d) EXPECT_EQ(cat[t * (da + D) + d], sh[t * da + d]);
+      for (int64_t d = 0; d < D; ++d) EXPECT_EQ(cat[t * (da + D) + da + d], x[t * D + d]);
+    }
   }
 }
 
@@ -295,6 +307,9 @@ class Recording final : public backend::Backend {
   TERN_FWD(swiglu, (float* g, const float* u, int64_t n), (g, u, n))
   TERN_FWD(add_gated_rows, (float* y, const float* s, const float* g, int64_t r, int64_t D), (y, s, g, r, D))
   TERN_FWD(gather_rows, (const float* x, const int64_t* rows, int64_t n, int64_t D, float* o), (x, rows, n, D, o))
+  TERN_FWD(copy, (void* d, const void* s, size_t n), (d, s, n))
+  TERN_FWD(concat_rows, (const float* a, int64_t da, const float* b, int64_t db, int64_t n, float* o),
+           (a, da, b, db, n, o))
   TERN_FWD(split_q_gate, (const float* qg, int64_t n, int64_t h, int64_t hd, float* q, float* g), (qg, n, h, hd, q, g))
   TERN_FWD(rope_neox, (float* x, int64_t n, int64_t h, int64_t hd, int64_t r, const int32_t* p, float b),
            (x, n, h, hd, r, p, b))

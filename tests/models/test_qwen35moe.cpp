@@ -263,6 +263,71 @@ TEST_P(ModelFixture, ContextOverflowIsAnError) {
   EXPECT_THROW(fw.run(b), Error);
 }
 
+// Speculative verification: the tokens a draft proposes go through one forward of 1 + k tokens. Its logits rows
+// must be bit-identical to decoding those tokens one by one (so greedy output with drafting equals output
+// without), and with checkpoints on, rolling back to any position of that forward must leave exactly the state of
+// a sequence that only ever saw the tokens up to it.
+TEST_P(ModelFixture, VerifyBatchEqualsOneByOneDecode) {
+  auto model = load();
+  const int64_t V = model->config.n_vocab;
+  const std::vector<int32_t> prompt = {5, 9, 13, 2, 7, 30, 31, 44, 3}, ext = {8, 21, 2, 17, 40};
+  Forward fw(*model);
+  SequenceState one(*model->backend, state_shape(model->config), 64, ops::KvType::kF16);
+  std::vector<SeqInput> b = {{&one, prompt, false}};
+  fw.run(b);
+  std::vector<float> steps;
+  for (int32_t t : ext) {
+    b[0].tokens = {t};
+    const auto& lg = fw.run(b);
+    steps.insert(steps.end(), lg.begin(), lg.end());
+  }
+  SequenceState ver(*model->backend, state_shape(model->config), 64, ops::KvType::kF16);
+  ver.set_checkpoint_capacity(*model->backend, static_cast<int64_t>(ext.size()));
+  b = {{&ver, prompt, false}};
+  fw.run(b);
+  EXPECT_FALSE(ver.recording());  // a prompt longer than the capacity keeps no checkpoints
+  b = {{&ver, ext, true}};
+  const std::vector<float> batch = fw.run(b);
+  EXPECT_TRUE(ver.recording());
+  ASSERT_EQ(batch.size(), ext.size() * static_cast<size_t>(V));
+  EXPECT_EQ(batch, steps) << "a verification forward's rows differ from one-by-one decoding";
+}
+
+TEST_P(ModelFixture, RollbackReturnsToEveryCheckpoint) {
+  auto model = load();
+  const std::vector<int32_t> prompt = {5, 9, 13, 2, 7, 30, 31, 44, 3}, ext = {8, 21, 2, 17}, next = {11, 6};
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  Forward fw(*model);
+  for (int64_t keep = static_cast<int64_t>(ext.size()); keep >= 1; --keep) {
+    SequenceState spec(*model->backend, state_shape(model->config), 64, ops::KvType::kF16);
+    spec.set_checkpoint_capacity(*model->backend, 4);
+    std::vector<SeqInput> b = {{&spec, prompt, false}};
+    fw.run(b);
+    b[0].tokens = ext;
+    fw.run(b);
+    EXPECT_THROW(spec.rollback(P), Error) << "before the first checkpointed token";
+    EXPECT_THROW(spec.rollback(P + 5), Error) << "past n_past";
+    spec.rollback(P + keep);
+    if (keep > 1) spec.rollback(P + keep - 1), spec.rollback(P + keep - 1);  // twice: further back, then a no-op
+    const int64_t at = keep > 1 ? keep - 1 : keep;
+    EXPECT_EQ(spec.n_past(), P + at);
+    b = {{&spec, next, true}};
+    const std::vector<float> got = fw.run(b);
+
+    SequenceState plain(*model->backend, state_shape(model->config), 64, ops::KvType::kF16);
+    b = {{&plain, prompt, false}};
+    fw.run(b);
+    b[0].tokens.assign(ext.begin(), ext.begin() + at);
+    fw.run(b);
+    b = {{&plain, next, true}};
+    EXPECT_EQ(fw.run(b), got) << "rolled back to " << at << " of " << ext.size() << " verified tokens";
+  }
+  SequenceState none(*model->backend, state_shape(model->config), 64, ops::KvType::kF16);
+  std::vector<SeqInput> b = {{&none, prompt, false}};
+  fw.run(b);
+  EXPECT_THROW(none.rollback(P - 1), Error) << "a recurrent state without checkpoints cannot step back";
+}
+
 // llama.cpp on the same file: teacher-forced top-1 agreement and mean KL(llama.cpp || tern). Quantized
 // activations (Q8_0/Q8_K) are used by both engines but rounded at different points, so we require >= 90% top-1
 // agreement and mean KL <= 0.05 nats on these toy models; F32/F16 must agree at every position. Rows where

@@ -333,11 +333,11 @@ TEST(PrefixCache, LeastRecentlyUsedWithinBudget) {
     return std::make_pair(toks, std::move(st));
   };
   auto [t1, s1] = snapshot(1, 20);
-  PrefixCache probe(size_t{1} << 30, e.info().n_layer);
+  PrefixCache probe(size_t{1} << 30);
   probe.insert(t1, *s1);
   const size_t one = probe.stats().bytes;
   ASSERT_GT(one, 0u);
-  PrefixCache cache(one * 5 / 2, e.info().n_layer);  // room for two
+  PrefixCache cache(one * 5 / 2);  // room for two
   auto [t2, s2] = snapshot(2, 20);
   auto [t3, s3] = snapshot(3, 20);
   cache.insert(t1, *s1);
@@ -355,7 +355,7 @@ TEST(PrefixCache, LeastRecentlyUsedWithinBudget) {
   EXPECT_LE(cache.stats().bytes, cache.stats().budget);
   auto other = e.new_sequence();
   EXPECT_EQ(cache.restore(t1, *other), 0);        // a whole prompt is never a hit: one token must remain
-  PrefixCache tiny(one / 2, e.info().n_layer);  // a snapshot over the budget is not kept
+  PrefixCache tiny(one / 2);  // a snapshot over the budget is not kept
   tiny.insert(t1, *s1);
   EXPECT_EQ(tiny.stats().entries, 0);
 }

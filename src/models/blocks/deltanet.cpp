@@ -38,11 +38,11 @@ void deltanet_block(backend::Backend& be, const DeltaNetParams& c, const DeltaNe
   dump("beta_sigmoid", layer, beta, {n_rows, hv});
   dump("gate", layer, g, {n_rows, hv});
 
-  for (const Segment& sg : segs) {
-    LayerState& st = sg.state->layer(layer);
-    const int64_t n = sg.n_tokens;
-    float* us = u + sg.row0 * conv_dim;
-    be.conv1d_causal_silu(qkv + sg.row0 * conv_dim, n, conv_dim, c.conv_kernel, w.conv.data(), st.conv->as<float>(), us);
+  // One run of the conv and the recurrence over tokens [t0, t0 + n) of a segment.
+  auto run = [&](const Segment& sg, LayerState& st, int64_t t0, int64_t n) {
+    const int64_t r0 = sg.row0 + t0;
+    float* us = u + r0 * conv_dim;
+    be.conv1d_causal_silu(qkv + r0 * conv_dim, n, conv_dim, c.conv_kernel, w.conv.data(), st.conv->as<float>(), us);
     for (int64_t t = 0; t < n; ++t) {
       be.l2_norm(us + t * conv_dim, us + t * conv_dim, c.n_k_heads, c.head_k_dim, c.rms_eps);
       be.l2_norm(us + t * conv_dim + key_dim, us + t * conv_dim + key_dim, c.n_k_heads, c.head_k_dim, c.rms_eps);
@@ -55,9 +55,24 @@ void deltanet_block(backend::Backend& be, const DeltaNetParams& c, const DeltaNe
     in.k_stride = conv_dim;
     in.v = us + 2 * key_dim;
     in.v_stride = conv_dim;
-    in.g = g + sg.row0 * hv;
-    in.beta = beta + sg.row0 * hv;
-    be.gated_delta_rule(shape, in, c.grouped_v_heads, st.ssm->as<float>(), o + sg.row0 * vdim);
+    in.g = g + r0 * hv;
+    in.beta = beta + r0 * hv;
+    be.gated_delta_rule(shape, in, c.grouped_v_heads, st.ssm->as<float>(), o + r0 * vdim);
+  };
+  for (const Segment& sg : segs) {
+    LayerState& st = sg.state->layer(layer);
+    if (!sg.state->recording()) {
+      run(sg, st, 0, sg.n_tokens);
+      continue;
+    }
+    // Checkpointed (speculative verification): token by token, keeping the states after each token. The per-token
+    // recurrence is the one a batch of n tokens runs, so outputs are bit-identical either way.
+    const size_t conv_bytes = st.conv->bytes(), ssm_bytes = st.ssm->bytes();
+    for (int64_t t = 0; t < sg.n_tokens; ++t) {
+      run(sg, st, t, 1);
+      be.copy(st.conv_ckpt->data() + static_cast<size_t>(t) * conv_bytes, st.conv->data(), conv_bytes);
+      be.copy(st.ssm_ckpt->data() + static_cast<size_t>(t) * ssm_bytes, st.ssm->data(), ssm_bytes);
+    }
   }
   dump("conv_output_silu", layer, u, {n_rows, conv_dim});
   dump("attn_linear_core", layer, o, {n_rows, hv, c.head_v_dim});

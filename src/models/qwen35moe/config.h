@@ -18,7 +18,7 @@ using gguf::LayerKind;  // kRecurrent: Gated DeltaNet; kAttention: gated full at
 struct Config {
   std::string arch;        // "qwen35moe", "qwen35" or "qwen3next"
   int64_t n_layer = 0;     // trunk layers (block_count minus nextn_predict_layers)
-  int64_t n_nextn = 0;     // MTP blocks appended after the trunk (loaded as present-but-unused)
+  int64_t n_nextn = 0;     // MTP blocks appended after the trunk; the first one is loaded (Weights::mtp)
   int64_t n_embd = 0;
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;

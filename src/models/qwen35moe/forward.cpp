@@ -43,7 +43,7 @@ const std::vector<float>& Forward::run(std::vector<SeqInput>& batch) {
   const int64_t D = c_.n_embd, V = c_.n_vocab;
   // Validate everything before touching any state.
   if (batch.empty()) fail("forward: empty batch");
-  int64_t n_rows = 0, n_out = 0;
+  int64_t n_rows = 0;
   for (const SeqInput& s : batch) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     if (n == 0) fail("forward: a sequence has no new tokens");
@@ -54,7 +54,6 @@ const std::vector<float>& Forward::run(std::vector<SeqInput>& batch) {
     for (int32_t t : s.tokens)
       if (t < 0 || t >= V) fail("token id %d is out of range (vocabulary size %lld)", t, static_cast<long long>(V));
     n_rows += n;
-    n_out += s.all_logits ? n : 1;
   }
   std::vector<Segment> segs;
   float* x = x_.grow<float>(be_, n_rows * D);
@@ -63,6 +62,7 @@ const std::vector<float>& Forward::run(std::vector<SeqInput>& batch) {
   TERN_PROFILE(prof_embd, "embed", n_rows * emb.row_bytes);
   for (SeqInput& s : batch) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
+    s.state->begin_forward(n);
     segs.push_back({s.state, row, n});
     be_.get_rows(emb, s.tokens.data(), n, x + row * D);
     row += n;
@@ -73,24 +73,105 @@ const std::vector<float>& Forward::run(std::vector<SeqInput>& batch) {
   for (int il = 0; il < c_.n_layer; ++il) layer(il, segs, n_rows);
   for (const Segment& sg : segs) sg.state->advance(sg.n_tokens);
 
-  // Rows that need logits, then the final norm and LM head over just those.
+  // Rows that need logits (and hidden states), then the final norm and LM head over just those.
   out_index_.clear();
+  hid_index_.clear();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Segment& sg = segs[i];
+    const int64_t first = batch[i].all_logits ? 0 : sg.n_tokens - 1;
+    for (int64_t t = first; t < sg.n_tokens; ++t) out_index_.push_back(sg.row0 + t);
+    if (batch[i].hidden)
+      for (int64_t t = 0; t < sg.n_tokens; ++t) hid_index_.push_back(sg.row0 + t);
+  }
+  TERN_PROFILE(prof_head, "lm_head", model_.weights.output.bytes());
+  return head(model_.weights.output, model_.weights.output_norm.data(), n_rows, !hid_index_.empty());
+}
+
+const std::vector<float>& Forward::head(const Linear& w, const float* norm_w, int64_t n_rows, bool keep_hidden) {
+  const int64_t D = c_.n_embd, V = c_.n_vocab;
+  const int64_t n_out = static_cast<int64_t>(out_index_.size());
+  const float* x = x_.grow<float>(be_, n_rows * D);
+  float* rows = out_rows_.grow<float>(be_, n_out * D);
+  if (!keep_hidden) {
+    be_.gather_rows(x, out_index_.data(), n_out, D, rows);
+    be_.rms_norm(rows, norm_w, rows, n_out, D, c_.rms_eps);
+    hidden_.clear();
+  } else {  // the norm is row by row: norming all rows first gives the logits rows the same bits
+    float* nx = normed_.grow<float>(be_, n_rows * D);
+    be_.rms_norm(x, norm_w, nx, n_rows, D, c_.rms_eps);
+    be_.gather_rows(nx, out_index_.data(), n_out, D, rows);
+    const int64_t n_hid = static_cast<int64_t>(hid_index_.size());
+    float* hid = hid_rows_.grow<float>(be_, n_hid * D);
+    be_.gather_rows(nx, hid_index_.data(), n_hid, D, hid);
+    hidden_.resize(static_cast<size_t>(n_hid * D));
+    hid_rows_.read(hidden_.data(), hidden_.size() * sizeof(float));
+  }
+  dump_("result_norm", -1, rows, {n_out, D});
+  float* logits = logits_dev_.grow<float>(be_, n_out * V);
+  be_.matmul(w, rows, n_out, logits);
+  dump_("result_output", -1, logits, {n_out, V});
+  logits_.resize(static_cast<size_t>(n_out * V));
+  logits_dev_.read(logits_.data(), logits_.size() * sizeof(float));  // the host copy callers sample from
+  return logits_;
+}
+
+const std::vector<float>& Forward::run_draft(std::vector<DraftInput>& batch) {
+  const int64_t D = c_.n_embd, V = c_.n_vocab;
+  if (!model_.weights.has_mtp) fail("this model has no MTP block to draft with");
+  if (batch.empty()) fail("draft forward: empty batch");
+  int64_t n_rows = 0;
+  for (const DraftInput& s : batch) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    if (n == 0) fail("draft forward: a sequence has no rows");
+    if (static_cast<int64_t>(s.hidden.size()) != n * D)
+      fail("draft forward: %lld tokens but %zu hidden values (expected %lld)", static_cast<long long>(n),
+           s.hidden.size(), static_cast<long long>(n * D));
+    SequenceState* ds = s.state->draft();
+    if (!ds) fail("draft forward: the sequence state has no draft state (made for another model?)");
+    if (ds->n_past() + n > ds->n_ctx())
+      fail("context overflow (draft): %lld rows + %lld new > context size %lld", static_cast<long long>(ds->n_past()),
+           static_cast<long long>(n), static_cast<long long>(ds->n_ctx()));
+    for (int32_t t : s.tokens)
+      if (t < 0 || t >= V) fail("token id %d is out of range (vocabulary size %lld)", t, static_cast<long long>(V));
+    n_rows += n;
+  }
+  const MtpWeights& m = model_.weights.mtp;
+  const int il = static_cast<int>(c_.n_layer);
+  std::vector<Segment> segs;
+  float* e = mtp_e_.grow<float>(be_, n_rows * D);
+  std::vector<float> h_host(static_cast<size_t>(n_rows * D));
+  int64_t row = 0;
+  for (DraftInput& s : batch) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    s.state->draft()->begin_forward(n);
+    segs.push_back({s.state->draft(), row, n});
+    be_.get_rows(m.embed, s.tokens.data(), n, e + row * D);
+    std::copy(s.hidden.begin(), s.hidden.end(), h_host.begin() + row * D);
+    row += n;
+  }
+  float* h = mtp_h_.upload(be_, h_host.data(), n_rows * D);
+  be_.rms_norm(e, m.enorm.data(), e, n_rows, D, c_.rms_eps);
+  be_.rms_norm(h, m.hnorm.data(), h, n_rows, D, c_.rms_eps);
+  dump_("mtp_enorm", il, e, {n_rows, D});
+  dump_("mtp_hnorm", il, h, {n_rows, D});
+  float* cat = mtp_cat_.grow<float>(be_, n_rows * 2 * D);
+  be_.concat_rows(e, D, h, D, n_rows, cat);
+  float* x = x_.grow<float>(be_, n_rows * D);
+  be_.matmul(m.eh_proj, cat, n_rows, x);
+  dump_("mtp_eh_proj", il, x, {n_rows, D});
+  layer(il, segs, n_rows);
+  for (const Segment& sg : segs) sg.state->advance(sg.n_tokens);
+
+  out_index_.clear();
+  hid_index_.clear();
   for (size_t i = 0; i < batch.size(); ++i) {
     const Segment& sg = segs[i];
     const int64_t first = batch[i].all_logits ? 0 : sg.n_tokens - 1;
     for (int64_t t = first; t < sg.n_tokens; ++t) out_index_.push_back(sg.row0 + t);
   }
-  float* rows = out_rows_.grow<float>(be_, n_out * D);
-  be_.gather_rows(x, out_index_.data(), n_out, D, rows);
-  TERN_PROFILE(prof_head, "lm_head", model_.weights.output.bytes());
-  be_.rms_norm(rows, model_.weights.output_norm.data(), rows, n_out, D, c_.rms_eps);
-  dump_("result_norm", -1, rows, {n_out, D});
-  float* logits = logits_dev_.grow<float>(be_, n_out * V);
-  be_.matmul(model_.weights.output, rows, n_out, logits);
-  dump_("result_output", -1, logits, {n_out, V});
-  logits_.resize(static_cast<size_t>(n_out * V));
-  logits_dev_.read(logits_.data(), logits_.size() * sizeof(float));  // the host copy callers sample from
-  return logits_;
+  for (int64_t r = 0; r < n_rows; ++r) hid_index_.push_back(r);
+  TERN_PROFILE(prof_head, "mtp.head", m.head.bytes());
+  return head(m.head, m.head_norm.data(), n_rows, true);
 }
 
 }  // namespace tern::models::qwen35moe

@@ -27,6 +27,9 @@ class Forward {
   // [n_out, n_vocab] in sequence order (all rows or the last row of each sequence). Throws Error (without
   // touching any state) if a token id is out of range or a sequence would pass its context size.
   const std::vector<float>& run(std::vector<SeqInput>& batch);
+  // The MTP block over (token, hidden) rows appended to each sequence's draft state (models/model.h DraftInput).
+  const std::vector<float>& run_draft(std::vector<DraftInput>& batch);
+  const std::vector<float>& hidden() const { return hidden_; }
 
  private:
   void layer(int il, const std::vector<Segment>& segs, int64_t n_rows);
@@ -39,9 +42,14 @@ class Forward {
   const MoeParams moe_params_;
   TensorDump dump_;
   std::unique_ptr<ExpertStore> experts_;
-  Scratch x_, cur_, mix_, out_rows_, logits_dev_;
+  // Final norm of out_index_'s rows of x_ (all rows normed when `all_normed`), LM head `head`, logits to the host.
+  const std::vector<float>& head(const Linear& head, const float* norm_w, int64_t n_rows, bool keep_hidden);
+
+  Scratch x_, cur_, mix_, out_rows_, logits_dev_, normed_, hid_rows_, mtp_e_, mtp_h_, mtp_cat_;
   std::vector<int64_t> out_index_;  // host: batch rows that get logits
+  std::vector<int64_t> hid_index_;  // host: batch rows whose hidden state is kept
   std::vector<float> logits_;       // host copy of the logits
+  std::vector<float> hidden_;       // host copy of the kept hidden rows
   AttentionScratch attn_;
   DeltaNetScratch dn_;
   MoeScratch moe_;

@@ -19,6 +19,7 @@ ModelInfo model_info(const Config& c) {
   i.n_ctx_train = c.n_ctx_train;
   i.n_expert = c.n_expert;
   i.n_expert_used = c.n_expert_used;
+  i.n_mtp = c.n_nextn;
   char s[160];
   const int n = std::snprintf(s, sizeof s, "%lld layers (%lld attention, %lld DeltaNet), ",
                               static_cast<long long>(c.n_layer), static_cast<long long>(c.n_attention_layers()),
@@ -44,17 +45,19 @@ uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
   const int64_t jobs = c.n_expert_used + (c.n_ff_shexp > 0 ? 1 : 0);
   const int64_t F = std::max(c.n_ff_exp, c.n_ff_shexp);
   const int64_t moe = c.dense() ? 2 * c.n_ff : c.n_expert + 2 * c.n_expert_used + jobs * (D + 2 * F) + 2 * D + 1;
-  const int64_t per_row = 4 * D + attn + dn + moe;
+  const int64_t hidden = 2 * D + (c.n_nextn > 0 ? 4 * D : 0);  // normed rows kept for drafting; the MTP block's inputs
+  const int64_t per_row = 4 * D + attn + dn + moe + hidden;
   const int64_t logits = 2 * c.n_vocab * n_parallel;  // in backend scratch, and the host copy forward() returns
   return static_cast<uint64_t>((per_row * rows + logits) * 4);
 }
 
 WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool repack_experts) {
   WeightBytes w;
-  w.expert_bytes.assign(static_cast<size_t>(c.n_layer), 0);
+  const int64_t n_blocks = c.n_layer + (c.n_nextn > 0 ? 1 : 0);  // the trunk and the first MTP block
+  w.expert_bytes.assign(static_cast<size_t>(n_blocks), 0);
   for (const gguf::TensorInfo& t : f.tensors()) {
     const int64_t il = gguf::block_index(t.name);
-    if (il >= c.n_layer) continue;  // MTP blocks: never loaded
+    if (il >= n_blocks) continue;  // MTP blocks past the first: never loaded
     w.repacked |= tensor_repacked(t, c, repack, repack_experts);
     const uint64_t bytes = resident_tensor_bytes(t, c, repack, repack_experts);
     if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
@@ -87,6 +90,16 @@ void LoadedModel::start(TensorDump dump, int64_t expert_slots) {
 const std::vector<float>& LoadedModel::forward(std::vector<SeqInput>& batch) {
   if (!fwd_) fail("internal: forward before start");
   return fwd_->run(batch);
+}
+
+const std::vector<float>& LoadedModel::hidden() const {
+  if (!fwd_) fail("internal: hidden before start");
+  return fwd_->hidden();
+}
+
+const std::vector<float>& LoadedModel::forward_draft(std::vector<DraftInput>& batch) {
+  if (!fwd_) fail("internal: forward_draft before start");
+  return fwd_->run_draft(batch);
 }
 
 }  // namespace tern::models::qwen35moe

@@ -52,6 +52,9 @@ class LoadedModel : public models::Model {
   RepackReport repack(RepackScope scope) override;
   void start(TensorDump dump, int64_t expert_slots) override;
   const std::vector<float>& forward(std::vector<SeqInput>& batch) override;
+  const std::vector<float>& hidden() const override;
+  bool can_draft() const override { return m_->weights.has_mtp; }
+  const std::vector<float>& forward_draft(std::vector<DraftInput>& batch) override;
   bool experts_streamed() const override { return fwd_ && fwd_->experts().streamed(); }
   int64_t expert_slots() const override { return fwd_ ? fwd_->experts().slots() : 0; }
   ExpertCacheStats expert_stats() const override { return fwd_ ? fwd_->experts().stats() : ExpertCacheStats{}; }

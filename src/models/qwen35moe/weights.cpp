@@ -185,10 +185,11 @@ Weights Weights::load(const gguf::File& f, const Config& c, backend::Backend& be
     w.output = w.token_embd;
     w.tied_output = true;
   }
-  w.layers.resize(static_cast<size_t>(c.n_layer));
-  for (int64_t i = 0; i < c.n_layer; ++i) {
+  w.has_mtp = c.n_nextn > 0;
+  w.layers.resize(static_cast<size_t>(c.n_layer + (w.has_mtp ? 1 : 0)));
+  for (int64_t i = 0; i < static_cast<int64_t>(w.layers.size()); ++i) {
     LayerWeights& l = w.layers[i];
-    l.kind = c.layer_kind[i];
+    l.kind = i < c.n_layer ? c.layer_kind[i] : LayerKind::kAttention;  // the MTP block: a full-attention layer
     l.attn_norm = L.vec(blk(i, "attn_norm.weight"), {c.n_embd});
     l.post_norm = L.vec(blk(i, "post_attention_norm.weight"), {c.n_embd});
     if (l.kind == LayerKind::kAttention) load_attention(L, c, i, l.attn);
@@ -196,11 +197,25 @@ Weights Weights::load(const gguf::File& f, const Config& c, backend::Backend& be
     if (c.dense()) load_ffn(L, c, i, l.ffn);
     else load_moe(L, c, i, l.moe);
   }
+  if (w.has_mtp) {
+    const int64_t i = c.n_layer;
+    MtpWeights& m = w.mtp;
+    m.eh_proj = L.linear(blk(i, "nextn.eh_proj.weight"), {2 * c.n_embd, c.n_embd});
+    m.enorm = L.vec(blk(i, "nextn.enorm.weight"), {c.n_embd});
+    m.hnorm = L.vec(blk(i, "nextn.hnorm.weight"), {c.n_embd});
+    m.head_norm = L.has(blk(i, "nextn.shared_head_norm.weight")) ? L.vec(blk(i, "nextn.shared_head_norm.weight"), {c.n_embd})
+                                                                 : w.output_norm;
+    m.embed = L.has(blk(i, "nextn.embed_tokens.weight")) ? L.linear(blk(i, "nextn.embed_tokens.weight"), {c.n_embd, c.n_vocab})
+                                                         : w.token_embd;
+    m.head = L.has(blk(i, "nextn.shared_head_head.weight"))
+                 ? L.linear(blk(i, "nextn.shared_head_head.weight"), {c.n_embd, c.n_vocab})
+                 : w.output;
+  }
   w.unused = L.unused();
   if (!w.unused.empty()) {
-    if (c.n_nextn > 0)
-      log::info("%s: %lld MTP (nextn) block(s) present but unused: %zu tensors not loaded", f.name().c_str(),
-                static_cast<long long>(c.n_nextn), w.unused.size());
+    if (c.n_nextn > 1)
+      log::info("%s: %lld MTP (nextn) blocks; the first drafts, %zu tensors of the others are not loaded",
+                f.name().c_str(), static_cast<long long>(c.n_nextn), w.unused.size());
     else
       log::warn("%s: %zu tensors not used by %s (first: %s)", f.name().c_str(), w.unused.size(), c.arch.c_str(),
                 w.unused.front().c_str());

@@ -28,13 +28,27 @@ struct LayerWeights {
   FfnWeights ffn;   // qwen35 (dense)
 };
 
+// The multi-token-prediction block, as llama.cpp's converter writes Qwen3.5 / Qwen3-Next MTP: tensors
+// blk.{n_layer}.nextn.* plus a full-attention decoder layer at that block index (held as layers[n_layer]). It drafts
+// the token after next from the trunk's final-normed hidden state and the next token's embedding:
+// x = eh_proj([enorm(embed(token)) | hnorm(hidden)]), one decoder layer, head_norm, LM head.
+struct MtpWeights {
+  Linear eh_proj;                // {2 * n_embd, n_embd}
+  backend::Floats enorm, hnorm;  // [n_embd], folded 1 + w
+  backend::Floats head_norm;     // [n_embd]: nextn.shared_head_norm, else the trunk's output_norm
+  Linear embed;                  // nextn.embed_tokens, else the trunk's token_embd
+  Linear head;                   // nextn.shared_head_head, else the trunk's output
+};
+
 struct Weights {
   Linear token_embd;         // {n_embd, n_vocab}
   Linear output;             // {n_embd, n_vocab}: output.weight, or token_embd when tied
   bool tied_output = false;
   backend::Floats output_norm;
-  std::vector<LayerWeights> layers;
-  std::vector<std::string> unused;  // tensors present but not used (MTP blocks), reported at load
+  std::vector<LayerWeights> layers;  // [n_layer] trunk, then the MTP block's decoder layer when mtp is loaded
+  bool has_mtp = false;
+  MtpWeights mtp;
+  std::vector<std::string> unused;  // tensors present but not used (MTP blocks past the first), reported at load
   std::vector<std::shared_ptr<backend::Buffer>> owned;  // matrices rearranged at load (legacy qwen3next ssm_in)
 
   // Matrices stay where the backend maps them (the CPU: the file, zero copy); vectors are copied into it.
