@@ -5,6 +5,9 @@
 // standard deviation of tok/s. Token ids are drawn at random (seeded). --json prints one JSON array (a contract
 // outside checks rely on): objects with test, n_prompt, n_gen, n_depth, threads, tok_s_mean, tok_s_stddev.
 // --profile then times one more tg run op by op (core/profile.h) against the memory read bandwidth.
+// With a model that drafts (an MTP block, not --no-spec), tgN generates N tokens greedily through the decode loop
+// (drafts verified, as `tern run` does), so it measures speculative decoding; the JSON objects then also carry
+// draft_acceptance and tokens_per_step. Without drafting, tgN feeds random tokens one at a time, as llama-bench.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,6 +21,7 @@
 #include "core/membw.h"
 #include "core/parallel.h"
 #include "core/profile.h"
+#include "runtime/sampler.h"
 
 namespace tern::cli {
 
@@ -40,6 +44,7 @@ static RunFn setup_bench(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   add_engine_options(app, o->engine);
+  add_draft_options(app, o->engine);
   app.add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the pp test (0: skip)")->capture_default_str();
   app.add_option("-n,--n-gen", o->n_gen, "Generated tokens for the tg test (0: skip)")->capture_default_str();
   app.add_option("-d,--n-depth", o->depths,
@@ -87,10 +92,29 @@ static RunFn setup_bench(CLI::App& app) {
       engine.eval(*seq, toks);
       return o->n_prompt / std::chrono::duration<double>(clock::now() - t0).count();
     };
+    runtime::DecodeLoop& loop = engine.decoder();
     auto run_tg = [&](int depth) {
       start_at(depth);
       auto t0 = clock::now();
-      for (int i = 0; i < o->n_gen; ++i) engine.eval(*seq, {pick(rng)});
+      if (!loop.drafting()) {
+        for (int i = 0; i < o->n_gen; ++i) engine.eval(*seq, {pick(rng)});
+      } else {  // greedy generation through the decode loop: drafts verified
+        runtime::DecodeSeq ds;
+        ds.state = seq.get();
+        std::vector<runtime::DecodeSeq*> one = {&ds};
+        int n = 0;
+        int32_t last = pick(rng);
+        auto take = [&](size_t, const float* logits, int32_t) {
+          last = runtime::argmax(logits, V);
+          if (++n >= o->n_gen) ds.stopped = true;
+          return last;
+        };
+        while (n < o->n_gen) {
+          ds.feed = {last};
+          ds.sample = true;
+          loop.step(one, take);
+        }
+      }
       return o->n_gen / std::chrono::duration<double>(clock::now() - t0).count();
     };
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
@@ -106,6 +130,10 @@ static RunFn setup_bench(CLI::App& app) {
       const double sd = v.size() > 1 ? std::sqrt(var / (v.size() - 1)) : 0.0;
       out.push_back({{"test", name}, {"n_prompt", np}, {"n_gen", ng}, {"n_depth", depth}, {"threads", n_threads()},
                      {"tok_s_mean", mean}, {"tok_s_stddev", sd}, {"reps", o->reps}, {"model", o->engine.model_path}});
+      if (ng > 0 && loop.drafting()) {
+        out.back()["draft_acceptance"] = loop.stats().acceptance();
+        out.back()["tokens_per_step"] = loop.stats().tokens_per_step();
+      }
       if (!o->json)
         std::printf("| %-40s | %14s | %7d | %10.2f ± %.2f |\n", o->engine.model_path.c_str(), name.c_str(),
                     n_threads(), mean, sd);

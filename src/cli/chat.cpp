@@ -204,6 +204,7 @@ static RunFn setup_chat(CLI::App& app) {
   auto o = std::make_shared<ChatOptions>();
   o->sampling.temperature = 0.7f;
   add_engine_options(app, o->engine, ModelArg::kBundledDefault);
+  add_draft_options(app, o->engine);
   app.add_option("--system", o->system, "System message");
   add_template_kwargs_option(app, o->template_kwargs);
   app.add_flag("--show-thinking", o->show_thinking, "Show <think> blocks (dimmed) instead of hiding them");

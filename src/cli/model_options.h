@@ -37,6 +37,17 @@ inline void add_engine_options(CLI::App& app, runtime::EngineOptions& o, ModelAr
   app.add_flag("--stats", o.stats, "Print expert-cache counters and memory use (resident, peak, plan) at the end");
 }
 
+// Speculative decoding with the model's MTP block (commands that generate: run, chat, serve, bench).
+inline void add_draft_options(CLI::App& app, runtime::EngineOptions& o) {
+  app.add_option("--draft", o.draft,
+                 "Most tokens the model's MTP block drafts per step for speculative decoding (default: " +
+                     std::to_string(runtime::kDefaultDraft) +
+                     " when the file has an MTP block; the length adapts to the measured acceptance, down to 0)");
+  app.add_option("--draft-min-p", o.draft_min_p,
+                 "Stop a draft chain at a token whose draft probability is below this")->capture_default_str();
+  app.add_flag("--no-spec", o.no_spec, "No speculative decoding (one token per forward)");
+}
+
 // The bundled model's path: next to the binary (<bin>/../models or <bin>/models), else the source tree it was
 // built from. An error when none exists.
 std::string bundled_model_path();

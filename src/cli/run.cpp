@@ -51,14 +51,32 @@ int run_token_mode(RunOptions& o) {
          o.gen.n_predict, static_cast<long long>(engine.n_ctx()));
   for (int32_t t : prompt) sampler.accept(t);
   const int64_t V = engine.info().n_vocab;
-  const std::vector<float>* logits = &engine.eval(*seq, prompt);
-  std::string line;
-  for (int i = 0; i < o.gen.n_predict; ++i) {
-    int32_t tok = sampler.sample(logits->data(), V);
+  // The decode loop (speculative when the model drafts): every taken token is printed, end tokens included.
+  std::vector<int32_t> out;
+  runtime::DecodeSeq ds;
+  ds.state = seq.get();
+  std::vector<runtime::DecodeSeq*> one = {&ds};
+  auto pick = [&](size_t, const float* logits, int32_t draft) {
+    const int32_t tok = sampler.sample(logits, V, draft);
     sampler.accept(tok);
-    line += (i ? " " : "") + std::to_string(tok);
-    if (i + 1 < o.gen.n_predict) logits = &engine.eval(*seq, {tok});
+    out.push_back(tok);
+    if (static_cast<int>(out.size()) >= o.gen.n_predict) ds.stopped = true;
+    return tok;
+  };
+  for (size_t fed = 0; fed < prompt.size();) {
+    const size_t n = std::min(prompt.size() - fed, static_cast<size_t>(runtime::kMaxBatchRows));
+    ds.feed.assign(prompt.begin() + fed, prompt.begin() + fed + n);
+    fed += n;
+    ds.sample = fed == prompt.size() && o.gen.n_predict > 0;
+    engine.decoder().step(one, pick);
   }
+  while (static_cast<int>(out.size()) < o.gen.n_predict) {
+    ds.feed = {out.back()};
+    ds.sample = true;
+    engine.decoder().step(one, pick);
+  }
+  std::string line;
+  for (size_t i = 0; i < out.size(); ++i) line += (i ? " " : "") + std::to_string(out[i]);
   std::printf("%s\n", line.c_str());
   return 0;
 }
@@ -121,6 +139,7 @@ static RunFn setup_run(CLI::App& app) {
   app.add_option("--stop", o->gen.stop, "Stop string (repeatable)");
   app.add_flag("--ignore-eos", o->gen.ignore_eos, "Keep generating past end-of-generation tokens");
   add_sampling_options(app, o->sampling);
+  add_draft_options(app, o->engine);
   return [o] {
     use_bundled_model_if_unset(o->engine);
     const int modes = !o->tokens.empty() + !o->prompt.empty() + !o->prompt_file.empty();

@@ -33,6 +33,7 @@ struct ServeOptions {
 static RunFn setup_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   add_engine_options(app, o->engine);
+  add_draft_options(app, o->engine);
   app.add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
   app.add_option("--port", o->server.port, "Port to listen on (0: any free port, logged)")->capture_default_str();
   app.add_option("--api-key", o->server.api_key, "Require 'Authorization: Bearer KEY' on the API routes");

@@ -140,6 +140,22 @@ Engine::Engine(const EngineOptions& o) {
   models::TensorDump dump;
   if (!o.dump_dir.empty()) dump = models::TensorDump(o.dump_dir);
   model_->start(std::move(dump), plan_.streamed ? plan_.slots : 0);
+
+  if (o.draft < -1) fail("--draft must be >= 0 (got %d)", o.draft);
+  DraftOptions d;
+  d.min_p = o.draft_min_p;
+  d.max = o.no_spec ? 0 : (o.draft >= 0 ? o.draft : kDefaultDraft);
+  d.adaptive = true;
+  if (!model_->can_draft()) {
+    if (o.draft > 0) log::warn("--draft %d: %s has no MTP block to draft with; decoding one token per forward", o.draft,
+                               o.model_path.c_str());
+    d.max = 0;
+  } else if (d.max > 0) {
+    log::info("speculative decoding: the MTP block drafts up to %d tokens per step (adaptive; --draft N, --no-spec)", d.max);
+  } else {
+    log::info("speculative decoding: off (%s)", o.no_spec ? "--no-spec" : "--draft 0");
+  }
+  decoder_ = std::make_unique<DecodeLoop>(*model_, d);
 }
 
 // Matrices into the kernels' layout (streamed experts are repacked as they are read instead); logged once.
@@ -180,6 +196,11 @@ void Engine::print_stats() const {
                  format_bytes(repack_.file_bytes).c_str(), repack_.kept.size());
   else
     std::fprintf(stderr, "repacked: none (weights computed from the file's layout)\n");
+  const DraftStats& ds = decoder_->stats();
+  if (decoder_->drafting())
+    std::fprintf(stderr, "speculative decoding: %lld steps, %lld drafted, %lld accepted (acceptance %.1f%%), %.2f tokens per step\n",
+                 static_cast<long long>(ds.steps), static_cast<long long>(ds.drafted), static_cast<long long>(ds.accepted),
+                 100.0 * ds.acceptance(), ds.tokens_per_step());
   std::fprintf(stderr, "memory: resident %s now, %s peak; plan %s%s%s\n", format_bytes(rss.now).c_str(),
                format_bytes(rss.peak).c_str(), format_bytes(plan_.total()).c_str(),
                plan_.budget ? ", budget " : "", plan_.budget ? format_bytes(plan_.budget).c_str() : "");

@@ -7,9 +7,12 @@
 #include <vector>
 
 #include "models/model.h"
+#include "runtime/decode_loop.h"
 #include "runtime/memory_plan.h"
 
 namespace tern::runtime {
+
+inline constexpr int kDefaultDraft = 3;  // tokens the MTP block drafts per step when the file has one (adaptive)
 
 struct EngineOptions {
   std::string model_path;
@@ -21,6 +24,9 @@ struct EngineOptions {
   int64_t expert_cache = 0;    // --expert-cache N: stream with exactly N experts per layer cached
   bool stats = false;          // --stats: print expert-cache counters and memory use when the engine ends
   bool no_repack = false;      // --no-repack: compute from the file's layout (else matrices are repacked at load)
+  int draft = -1;              // --draft N: most tokens the MTP block drafts per step (-1: 3 when the file has one)
+  float draft_min_p = 0.0f;    // --draft-min-p P: a draft chain stops at a token below this probability
+  bool no_spec = false;        // --no-spec: no speculative decoding
   // Set by commands that hold several sequences or big batches (serve), for the memory plan.
   int n_parallel = 1;
   int64_t batch_rows = kMaxBatchRows;
@@ -56,6 +62,8 @@ class Engine {
   int64_t n_ctx() const { return n_ctx_; }
   ops::KvType kv_type() const { return kv_type_; }
   std::unique_ptr<models::SequenceState> new_sequence() const;
+  // The decode loop every generating command runs (speculative when the model can draft and it is not off).
+  DecodeLoop& decoder() { return *decoder_; }
 
   // Feeds tokens to one sequence, in forwards of at most kMaxBatchRows tokens; returns the logits of the last
   // token (or of every token if all_logits).
@@ -71,6 +79,7 @@ class Engine {
   bool stats_ = false;
   models::RepackReport repack_;
   std::vector<float> all_logits_;
+  std::unique_ptr<DecodeLoop> decoder_;
 };
 
 // Parses "1,2,3" (also spaces) into token ids; throws Error naming the bad item.

@@ -43,12 +43,6 @@ GenerateResult generate(Engine& engine, models::SequenceState& seq, const text::
   const int64_t V = engine.info().n_vocab;
   for (int32_t t : prompt) sampler.accept(t);
 
-  auto t0 = clock::now();
-  const std::vector<float>* logits = &engine.eval(seq, prompt);
-  auto t1 = clock::now();
-  res.n_prompt = static_cast<int64_t>(prompt.size());
-  res.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
-
   text::StreamDecoder dec(tok, /*skip_special=*/false);
   std::string pending;  // decoded text not yet emitted (may be the start of a stop string)
   size_t emitted = 0;
@@ -60,32 +54,57 @@ GenerateResult generate(Engine& engine, models::SequenceState& seq, const text::
     return on_text ? on_text(piece) : true;
   };
   res.reason = StopReason::kLength;
-  for (int i = 0; opts.n_predict < 0 || i < opts.n_predict; ++i) {
-    const int32_t tok_id = sampler.sample(logits->data(), V);
+  bool done = opts.n_predict == 0;
+  DecodeLoop& loop = engine.decoder();
+  DecodeSeq ds;
+  ds.state = &seq;
+  std::vector<DecodeSeq*> one = {&ds};
+  // Each token the loop takes: sampled (with the speculative rule when a draft is on offer), then emitted.
+  auto pick = [&](size_t, const float* logits, int32_t draft) -> int32_t {
+    const int32_t tok_id = sampler.sample(logits, V, draft);
     sampler.accept(tok_id);
     res.tokens.push_back(tok_id);
+    auto stop = [&](StopReason r) {
+      res.reason = r;
+      done = ds.stopped = true;
+    };
     if (!opts.ignore_eos && std::binary_search(eog.begin(), eog.end(), tok_id)) {
-      res.reason = StopReason::kEos;
-      break;
+      stop(StopReason::kEos);
+      return tok_id;
     }
     const size_t searched = pending.size();
     pending += dec.push(tok_id);
     StopMatch m = find_stop(pending, opts.stop, searched);
     if (m.stopped) {
       emit(m.emit_upto);
-      res.reason = StopReason::kStopString;
-      break;
+      stop(StopReason::kStopString);
+    } else if (!emit(m.emit_upto)) {
+      stop(StopReason::kCancelled);
+    } else if (opts.n_predict >= 0 && static_cast<int64_t>(res.tokens.size()) >= opts.n_predict) {
+      stop(StopReason::kLength);
     }
-    if (!emit(m.emit_upto)) {
-      res.reason = StopReason::kCancelled;
-      break;
-    }
-    if (opts.n_predict >= 0 && i + 1 >= opts.n_predict) break;
+    return tok_id;
+  };
+
+  auto t0 = clock::now();
+  for (size_t fed = 0; fed < prompt.size();) {
+    const size_t n = std::min(prompt.size() - fed, static_cast<size_t>(kMaxBatchRows));
+    ds.feed.assign(prompt.begin() + fed, prompt.begin() + fed + n);
+    fed += n;
+    ds.sample = fed == prompt.size() && !done;
+    loop.step(one, pick);
+  }
+  auto t1 = clock::now();
+  res.n_prompt = static_cast<int64_t>(prompt.size());
+  res.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
+  while (!done) {
     if (seq.n_past() >= seq.n_ctx()) {
       res.reason = StopReason::kContextFull;
       break;
     }
-    logits = &engine.eval(seq, {tok_id});
+    ds.feed = {res.tokens.back()};
+    ds.sample = true;
+    loop.step(one, pick);
   }
   if (res.reason == StopReason::kLength || res.reason == StopReason::kEos || res.reason == StopReason::kContextFull) {
     const size_t searched = pending.size();

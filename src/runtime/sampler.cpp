@@ -43,7 +43,9 @@ void Sampler::reset() {
   rng_.seed(p_.seed);
 }
 
-int32_t Sampler::sample(const float* logits, int64_t n_vocab) {
+int32_t Sampler::sample(const float* logits, int64_t n_vocab) { return sample(logits, n_vocab, -1); }
+
+int32_t Sampler::sample(const float* logits, int64_t n_vocab, int32_t draft) {
   const bool penalize = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
   if (p_.greedy() && !penalize) return argmax(logits, n_vocab);
 
@@ -102,12 +104,28 @@ int32_t Sampler::sample(const float* logits, int64_t n_vocab) {
   sum = 0;
   for (size_t i = 0; i < cand_.size(); ++i)
     sum += prob[i] = std::exp((static_cast<double>(cand_[i].first) - maxl) / p_.temperature);
+  if (draft >= 0) {
+    // Speculative sampling with a deterministic draft (q = 1 at `draft`): take it with probability p(draft), else
+    // draw from p without it. Each token then has exactly its probability p.
+    double pd = 0;
+    for (size_t i = 0; i < cand_.size(); ++i)
+      if (cand_[i].second == draft) {
+        pd = prob[i];
+        prob[i] = 0;
+      }
+    if (pd > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * sum < pd) return draft;
+    sum -= pd;
+    if (!(sum > 0)) return draft;  // nothing else has any probability
+  }
   std::uniform_real_distribution<double> uni(0.0, sum);
   double r = uni(rng_);
   for (size_t i = 0; i < cand_.size(); ++i) {
+    if (prob[i] <= 0) continue;
     r -= prob[i];
     if (r <= 0) return cand_[i].second;
   }
+  for (size_t i = cand_.size(); i-- > 0;)
+    if (prob[i] > 0) return cand_[i].second;
   return cand_.back().second;
 }
 

@@ -30,6 +30,10 @@ class Sampler {
   explicit Sampler(const SamplingParams& p);
   // Picks the next token from logits [n_vocab] given the tokens so far (for penalties). Does not modify logits.
   int32_t sample(const float* logits, int64_t n_vocab);
+  // The same choice when a draft proposes `draft` (speculative decoding): greedy returns the argmax as always;
+  // otherwise the draft is taken with its probability under the sampling distribution p, and on rejection a token
+  // is drawn from p without it, so every token keeps exactly its probability p. draft < 0: as sample().
+  int32_t sample(const float* logits, int64_t n_vocab, int32_t draft);
   void accept(int32_t token);  // records a token (prompt or generated) for penalties
   void reset();                // forget history, reseed
   const SamplingParams& params() const { return p_; }

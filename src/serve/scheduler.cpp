@@ -240,68 +240,50 @@ void Scheduler::snapshot_answer(Job& j) {
 }
 
 void Scheduler::step(std::vector<Job*>& jobs) {
-  // batch_ and owner_ keep their rows (and each row's token buffer) from step to step: no allocation per step
-  // once they have grown. n_rows of them are this step's.
-  std::vector<SeqInput>& batch = batch_;
+  // One decode-loop step (runtime/decode_loop.h): every decoding sequence feeds its last sampled token (plus its
+  // drafts), prefilling ones a prompt chunk. seqs_ keeps one entry per job of this step (no allocation per step once
+  // grown); owner_ says whose it is.
   std::vector<Job*>& owner = owner_;
-  size_t n_rows = 0;
-  auto add_row = [&](Job* j, const int32_t* first, const int32_t* last) {
-    if (n_rows == batch.size()) batch.emplace_back();
-    batch[n_rows].state = states_[j->slot].get();
-    batch[n_rows].tokens.assign(first, last);
-    batch[n_rows].all_logits = false;
-    owner.resize(std::max(owner.size(), n_rows + 1));
-    owner[n_rows++] = j;
+  owner.clear();
+  size_t n = 0;
+  auto add = [&](Job* j, const int32_t* first, const int32_t* last, bool sample) {
+    if (n == seqs_.size()) seqs_.emplace_back();
+    runtime::DecodeSeq& d = seqs_[n++];
+    d.state = states_[j->slot].get();
+    d.feed.assign(first, last);
+    d.sample = sample;
+    owner.push_back(j);
   };
   // Cancelled requests leave before the forward.
   for (Job* j : jobs)
     if (j->c->cancelled()) finish(*j, Finish::kCancelled);
-  // Every decoding sequence feeds its last token.
   for (Job* j : jobs) {
     if (j->done || j->prefilling()) continue;
-    add_row(j, &j->next, &j->next + 1);
+    add(j, &j->next, &j->next + 1, true);
   }
   // Prompt chunks, first come first served, within the step's budget. A chunk runs from n_fed to the next multiple
   // of `batch` in the prompt, so chunk boundaries do not depend on what else is running.
   int64_t budget = o_.batch, n_prompt_rows = 0;
   for (Job* j : jobs) {
     if (j->done || !j->prefilling()) continue;
-    const int64_t n = static_cast<int64_t>(j->req.prompt.size());
-    int64_t end = std::min(n, (j->n_fed / o_.batch + 1) * o_.batch);
+    const int64_t np = static_cast<int64_t>(j->req.prompt.size());
+    int64_t end = std::min(np, (j->n_fed / o_.batch + 1) * o_.batch);
     auto point = std::upper_bound(j->points.begin(), j->points.end(), j->n_fed);
     if (cache_.enabled() && point != j->points.end()) end = std::min(end, *point);
     if (end - j->n_fed > budget) break;
-    add_row(j, j->req.prompt.data() + j->n_fed, j->req.prompt.data() + end);
+    add(j, j->req.prompt.data() + j->n_fed, j->req.prompt.data() + end, end == np);
     budget -= end - j->n_fed;
     n_prompt_rows += end - j->n_fed;
   }
-  if (n_rows == 0) return;
-  batch.resize(n_rows);  // the forward takes every row of the vector; rows past n_rows are dropped (rare)
-  owner.resize(n_rows);
+  if (n == 0) return;
+  std::vector<runtime::DecodeSeq*> seqs(n);
+  for (size_t i = 0; i < n; ++i) seqs[i] = &seqs_[i];
 
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<float>* logits = nullptr;
-  try {
-    logits = &engine_.model().forward(batch);
-  } catch (const std::exception& e) {
-    log::error("forward failed for a batch of %zu sequences: %s", batch.size(), e.what());
-    for (Job* j : owner) finish(*j, Finish::kError, e.what());
-    return;
-  }
-  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t V = engine_.info().n_vocab;
   int64_t n_sampled = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
+  std::vector<Job*> ended;  // finished by a token this step: their answers go to the prefix cache after the step
+  auto pick = [&](size_t i, const float* raw, int32_t draft) -> int32_t {
     Job& j = *owner[i];
-    if (j.prefilling()) {
-      j.n_fed += static_cast<int64_t>(batch[i].tokens.size());
-      if (cache_.enabled() && std::binary_search(j.points.begin(), j.points.end(), j.n_fed)) {
-        std::vector<int32_t> key(j.req.prompt.begin(), j.req.prompt.begin() + j.n_fed);
-        if (!cache_.contains(key)) cache_.insert(key, *states_[j.slot]);
-      }
-      if (j.prefilling()) continue;  // more prompt to go: this row's logits are not needed
-    }
-    const float* raw = logits->data() + static_cast<int64_t>(i) * V;
     const float* row = raw;
     int32_t tok;
     try {
@@ -310,15 +292,41 @@ void Scheduler::step(std::vector<Job*>& jobs) {
         if (!j.json->mask(masked_.data(), V)) fail("constrained decoding: no token can continue the JSON answer");
         row = masked_.data();
       }
-      tok = j.sampler.sample(row, V);
+      tok = j.sampler.sample(row, V, draft);
       if (j.json && std::isinf(row[tok])) tok = runtime::argmax(row, V);  // never a masked token
     } catch (const std::exception& e) {
       finish(j, Finish::kError, e.what());
-      continue;
+      seqs[i]->stopped = true;
+      return -1;
     }
     ++n_sampled;
-    after_token(j, tok, raw);  // log-probabilities are the model's, before the JSON mask (as for other filters)
+    // log-probabilities are the model's, before the JSON mask (as for other filters)
+    if (!after_token(j, tok, raw, seqs[i]->n_past)) {
+      seqs[i]->stopped = true;
+      ended.push_back(&j);
+    }
+    return tok;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    engine_.decoder().step(seqs, pick);
+  } catch (const std::exception& e) {
+    log::error("forward failed for a batch of %zu sequences: %s", seqs.size(), e.what());
+    for (Job* j : owner)
+      if (!j->done) finish(*j, Finish::kError, e.what());
+    return;
   }
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (size_t i = 0; i < n; ++i) {
+    Job& j = *owner[i];
+    if (!j.prefilling()) continue;
+    j.n_fed += static_cast<int64_t>(seqs_[i].feed.size());
+    if (cache_.enabled() && std::binary_search(j.points.begin(), j.points.end(), j.n_fed)) {
+      std::vector<int32_t> key(j.req.prompt.begin(), j.req.prompt.begin() + j.n_fed);
+      if (!cache_.contains(key)) cache_.insert(key, *states_[j.slot]);
+    }
+  }
+  for (Job* j : ended) snapshot_answer(*j);  // the states are back at the tokens kept
   std::lock_guard lk(m_);
   stats_.steps++;
   stats_.busy_seconds += dt;
@@ -326,6 +334,7 @@ void Scheduler::step(std::vector<Job*>& jobs) {
   stats_.completion_tokens += n_sampled;
   stats_.cache = cache_.stats();
   stats_.experts = engine_.model().expert_stats();  // copied here, on the thread that runs the forwards
+  stats_.draft = engine_.decoder().stats();
 }
 
 // log-softmax of the row at `tok`, and the n largest entries (ties: lower id first). ids: scratch, [V] after.
@@ -351,7 +360,7 @@ static TokenLogprob logprob_of(const float* logits, int64_t V, int32_t tok, int 
   return lp;
 }
 
-bool Scheduler::after_token(Job& j, int32_t tok, const float* logits) {
+bool Scheduler::after_token(Job& j, int32_t tok, const float* logits, int64_t n_past) {
   j.sampler.accept(tok);
   const bool eog = !j.req.ignore_eos && std::binary_search(eog_.begin(), eog_.end(), tok);
   {
@@ -364,7 +373,6 @@ bool Scheduler::after_token(Job& j, int32_t tok, const float* logits) {
   ++j.c->n_generated_;
   const int64_t n_gen = static_cast<int64_t>(j.c->tokens_.size());
   if (eog) {
-    snapshot_answer(j);
     j.c->post(j.text.finish(), Finish::kStop);
     j.done = true;
     return false;
@@ -374,7 +382,6 @@ bool Scheduler::after_token(Job& j, int32_t tok, const float* logits) {
   if (j.json) j.json->accept(tok);
   if (!stopped && j.json && j.json->done()) {
     if (j.json->ends_answer()) {  // the JSON object is complete: that is the whole answer
-      snapshot_answer(j);
       j.c->post(piece + j.text.finish(), Finish::kStop);
       j.done = true;
       return false;
@@ -382,14 +389,11 @@ bool Scheduler::after_token(Job& j, int32_t tok, const float* logits) {
     j.json.reset();  // the forced part is over; the rest is free
   }
   if (stopped) {
-    snapshot_answer(j);
     j.c->post(piece, Finish::kStop);
     j.done = true;
     return false;
   }
-  const SequenceState& st = *states_[j.slot];
-  if ((j.req.max_tokens >= 0 && n_gen >= j.req.max_tokens) || st.n_past() >= st.n_ctx()) {
-    snapshot_answer(j);
+  if ((j.req.max_tokens >= 0 && n_gen >= j.req.max_tokens) || n_past >= states_[j.slot]->n_ctx()) {
     j.c->post(piece + j.text.finish(), Finish::kLength);
     j.done = true;
     return false;

@@ -105,6 +105,7 @@ struct SchedulerStats {
   PrefixCacheStats cache;
   models::ExpertCacheStats experts;  // streamed experts (--mem-budget); zeros when mapped
   int64_t expert_slots = 0;                     // experts cached per layer; 0 when mapped
+  runtime::DraftStats draft;                    // speculative decoding (all zeros when the model does not draft)
 };
 
 class Scheduler {
@@ -127,7 +128,8 @@ class Scheduler {
   struct Job;
   void loop();
   void step(std::vector<Job*>& jobs);
-  bool after_token(Job& j, int32_t tok, const float* logits);  // false: the job has finished
+  bool after_token(Job& j, int32_t tok, const float* logits, int64_t n_past);  // false: the job has finished (its answer is
+                                                               // snapshot by step() once the state is rolled back)
   void start(Job& j);                     // a job that just got a sequence: reset it, resume a cached prefix
   void snapshot_answer(Job& j);           // the prompt and the answer so far, into the prefix cache
   void finish(Job& j, Finish f, const std::string& error = {});
@@ -141,7 +143,7 @@ class Scheduler {
   std::vector<bool> special_;             // [n_vocab] control tokens (never inside constrained output)
   std::vector<float> masked_;             // scratch row for constrained sampling
   // Scheduler-thread scratch reused every step: the forward's rows and the job of each, top-logprob candidates.
-  std::vector<models::SeqInput> batch_;
+  std::vector<runtime::DecodeSeq> seqs_;
   std::vector<Job*> owner_;
   std::vector<int32_t> top_ids_;
 

@@ -415,6 +415,11 @@ std::string Server::metrics_text() {
   line("tern_forward_seconds_total", "counter", "Seconds spent in forward steps.", s.busy_seconds);
   line("tern_tokens_per_second", "gauge", "(Prompt + generated) tokens per forward second since start.",
        s.busy_seconds > 0 ? static_cast<double>(s.prompt_tokens + s.completion_tokens) / s.busy_seconds : 0.0);
+  line("tern_draft_steps_total", "counter", "Decode steps of sampling sequences (speculative decoding).", static_cast<double>(s.draft.steps));
+  line("tern_draft_tokens_total", "counter", "Tokens drafted by the MTP block and offered to verification.", static_cast<double>(s.draft.drafted));
+  line("tern_draft_accepted_total", "counter", "Drafted tokens the model's own sampling took.", static_cast<double>(s.draft.accepted));
+  line("tern_draft_acceptance", "gauge", "Accepted / drafted tokens since start.", s.draft.acceptance());
+  line("tern_tokens_per_step", "gauge", "Tokens taken per decode step of a sequence since start (1 without drafting).", s.draft.tokens_per_step());
   line("tern_prefix_cache_hits_total", "counter", "Requests that resumed from a cached prefix.", static_cast<double>(s.cache.hits));
   line("tern_prefix_cache_misses_total", "counter", "Requests that found no cached prefix.", static_cast<double>(s.cache.misses));
   line("tern_prefix_cache_tokens_reused_total", "counter", "Prompt tokens not processed thanks to the cache.", static_cast<double>(s.cache.tokens_reused));
