@@ -191,6 +191,11 @@ def main() -> None:
             else:
                 q, entry["llamacpp"] = step_llamacpp(p, work, out, lcpp)
                 entry.setdefault("gguf", {}).update(q)
+        for t in p.work_only:  # written for the llama.cpp references, not committed (tests upcast the F16 file)
+            f = out / f"{name}.{t}.gguf"
+            if f.exists():
+                f.replace(work / name / f.name)
+                print(f"  {f.name}: moved to {work / name} (not committed)")
         entry["files"] = files_of(p, out)
     manifest["versions"] = versions(lcpp)
     manifest["command"] = "python tools/make_fixtures.py " + " ".join(sys.argv[1:])

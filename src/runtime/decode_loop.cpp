@@ -61,7 +61,8 @@ int DecodeLoop::choose_k(const Track& s) const {
   if (!o_.adaptive) return cap;
   // Expected tokens per step at per-token acceptance a with k drafts: 1 + a + ... + a^k.
   const double a = std::clamp(s.accept_ema, 0.0, 0.999);
-  if (t_verify_[0] <= 0 || t_draft_ <= 0) return cap;  // nothing measured yet: draft, to measure
+  if (t_verify_[0] <= 0) return 0;    // measure a plain decode step first
+  if (t_draft_ <= 0) return cap;       // then a drafting one
   int best = 0;
   double best_rate = 0;
   for (int k = 0; k <= cap; ++k) {
@@ -101,7 +102,7 @@ void DecodeLoop::step(std::vector<DecodeSeq*>& seqs, const Pick& pick) {
   const std::vector<float>& logits = model_.forward(batch_);
   const double dt = seconds_since(t0);
   ++stats_.forwards;
-  if (batch_.size() == 1 && seqs[which[0]]->sample) {
+  if (batch_.size() == 1 && seqs[which[0]]->sample && seqs[which[0]]->feed.size() == 1) {  // a decode step
     const size_t k = tr[0]->drafts.size();
     if (k < t_verify_.size()) ema(t_verify_[k], dt);
   }

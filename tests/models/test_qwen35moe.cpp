@@ -117,7 +117,7 @@ std::vector<Case> all_cases() {
     size_t dot = stem.rfind('.');
     const std::string type = stem.substr(dot + 1);
     cs.push_back({stem.substr(0, dot), type, false});
-    if (type != "f32" && type != "f16") cs.push_back({stem.substr(0, dot), type, true});  // float types: no layout
+    if (type != "f32" && type != "f16" && type != "bf16") cs.push_back({stem.substr(0, dot), type, true});  // float types: no layout
   }
   std::sort(cs.begin(), cs.end(), [](const Case& a, const Case& b) {
     return std::tie(a.preset, a.type, a.repack) < std::tie(b.preset, b.type, b.repack);
@@ -129,7 +129,7 @@ class ModelFixture : public ::testing::TestWithParam<Case> {
  protected:
   fs::path gguf() const { return kModels / (GetParam().preset + "." + GetParam().type + ".gguf"); }
   fs::path dir() const { return kModels / GetParam().preset; }
-  bool exact_weights() const { return GetParam().type == "f32" || GetParam().type == "f16"; }
+  bool exact_weights() const { return GetParam().type == "f32" || GetParam().type == "f16" || GetParam().type == "bf16"; }
   // The fixture's model, repacked when the case says so (experts too, or only the dense part: streamed experts
   // are repacked as they are read).
   std::unique_ptr<Model> load(RepackScope scope = RepackScope::kAll) const {
@@ -326,6 +326,95 @@ TEST_P(ModelFixture, RollbackReturnsToEveryCheckpoint) {
   std::vector<SeqInput> b = {{&none, prompt, false}};
   fw.run(b);
   EXPECT_THROW(none.rollback(P - 1), Error) << "a recurrent state without checkpoints cannot step back";
+}
+
+// The MTP block against its references (tools/make_mtp_fixture.py, ref_mtp.json): a PyTorch forward written
+// from the published definition, and llama.cpp's own MTP draft graph on the same BF16 GGUF. tern computes the
+// trunk's final-normed hidden states itself, then (a) the MTP rows of the prompt (token x_r with h_{r-1}, r >= 1)
+// and (b) a 4-step greedy draft chain fed with the MTP block's own output hidden state. Tolerances, max |logit
+// difference|: 1e-3 against PyTorch (both compute in f32 from the same BF16 weights; fp32 rounding only), 0.08
+// against llama.cpp (its BF16 path rounds activations to BF16: it differs from the f32 reference by 0.055 itself,
+// and by 8e-6 on an F32 conversion); the same argmax on every row whose top-2 gap is at least 0.1 in both sources
+// (the file lists the closer ones).
+TEST(Mtp, MatchesTheReferenceForwardAndLlamaCpp) {
+  const fs::path dir = kModels / "q35-mtp";
+  if (!fs::exists(dir / "ref_mtp.json")) GTEST_SKIP() << "no MTP reference";
+  auto m = Model::load((kModels / "q35-mtp.bf16.gguf").string());
+  ASSERT_TRUE(m->weights.has_mtp);
+  const int64_t V = m->config.n_vocab, D = m->config.n_embd;
+  Forward fw(*m);
+  const json ref = read_json(dir / "ref_mtp.json");
+  for (const auto& p : ref["prompts"]) {
+    const std::vector<int32_t> toks = p["tokens"].get<std::vector<int32_t>>();
+    const int64_t L = static_cast<int64_t>(toks.size());
+    SequenceState st(*m->backend, state_shape(m->config), 256, ops::KvType::kF32);
+    ASSERT_NE(st.draft(), nullptr);
+    std::vector<SeqInput> b(1);
+    b[0] = {&st, toks, false};
+    b[0].hidden = true;
+    const std::vector<float> last = fw.run(b);
+    const std::vector<float> h = fw.hidden();
+    ASSERT_EQ(h.size(), static_cast<size_t>(L * D));
+    std::vector<int32_t> near;
+    for (int r : p["rows_top2_gap_below_0.1"]["mtp"]) near.push_back(r);
+
+    // (a) the prompt's MTP rows
+    std::vector<models::DraftInput> d(1);
+    d[0].state = &st;
+    d[0].tokens.assign(toks.begin() + 1, toks.end());
+    d[0].hidden.assign(h.begin(), h.end() - D);
+    d[0].all_logits = true;
+    const std::vector<float> got = fw.run_draft(d);
+    EXPECT_EQ(st.draft()->n_past(), L - 1);
+    for (const char* src : {"torch", "llamacpp"}) {
+      const std::vector<float> want = read_f32(dir / p["mtp"][src]["file"].get<std::string>());
+      ASSERT_EQ(want.size(), got.size()) << src;
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+      EXPECT_LE(worst, std::string(src) == "torch" ? 1e-3 : 0.08) << p["name"] << " MTP rows vs " << src;
+      const auto am = p["mtp"][src]["argmax"].get<std::vector<int32_t>>();
+      for (int64_t r = 0; r < L - 1; ++r)
+        if (std::find(near.begin(), near.end(), r) == near.end())
+          EXPECT_EQ(runtime::argmax(got.data() + r * V, V), am[r]) << p["name"] << " MTP row " << r << " vs " << src;
+      std::printf("[mtp %s] prompt rows vs %s: max |diff| %.4f\n", p["name"].get<std::string>().c_str(), src, worst);
+    }
+
+    // (b) the draft chain: (t1, h_{L-1}), then each drafted token with the block's own output hidden state
+    std::vector<int32_t> chain = {runtime::argmax(last.data(), V)};
+    std::vector<float> u(h.end() - D, h.end()), logits;
+    for (int s = 0; s < p["draft"]["k"].get<int>(); ++s) {
+      d[0].tokens = {chain.back()};
+      d[0].hidden = u;
+      d[0].all_logits = false;
+      const std::vector<float>& lg = fw.run_draft(d);
+      logits.insert(logits.end(), lg.begin(), lg.end());
+      u = fw.hidden();
+      chain.push_back(runtime::argmax(lg.data(), V));
+    }
+    for (const char* src : {"torch", "llamacpp"}) {
+      EXPECT_EQ(chain, p["draft"][src]["tokens"].get<std::vector<int32_t>>()) << p["name"] << " draft tokens vs " << src;
+      const std::vector<float> want = read_f32(dir / p["draft"][src]["file"].get<std::string>());
+      ASSERT_EQ(want.size(), logits.size());
+      double worst = 0;
+      for (size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, std::fabs(double(logits[i]) - want[i]));
+      EXPECT_LE(worst, std::string(src) == "torch" ? 1e-3 : 0.08) << p["name"] << " draft chain vs " << src;
+      std::printf("[mtp %s] draft chain vs %s: max |diff| %.4f\n", p["name"].get<std::string>().c_str(), src, worst);
+    }
+  }
+}
+
+// A model without an MTP block cannot draft: a clear error, no state touched.
+TEST(Mtp, DraftingWithoutTheBlockIsAnError) {
+  auto m = Model::load((kModels / "q35-ratio.f16.gguf").string());
+  EXPECT_FALSE(m->weights.has_mtp);
+  Forward fw(*m);
+  SequenceState st(*m->backend, state_shape(m->config), 64, ops::KvType::kF16);
+  EXPECT_EQ(st.draft(), nullptr);
+  std::vector<models::DraftInput> d(1);
+  d[0].state = &st;
+  d[0].tokens = {1};
+  d[0].hidden.assign(static_cast<size_t>(m->config.n_embd), 0.0f);
+  EXPECT_THROW(fw.run_draft(d), Error);
 }
 
 // llama.cpp on the same file: teacher-forced top-1 agreement and mean KL(llama.cpp || tern). Quantized
@@ -611,12 +700,13 @@ TEST(Qwen3Next, LegacyFusedInProjectionGivesTheSameLogits) {
   fs::remove(legacy);
 }
 
-// F32 files of the transformers-made qwen3next and qwen35 fixtures, written at test time from the committed F16
-// ones (their weights are f16-representable, so the upcast is exact: the same model as transformers holds; not
-// committed, for the fixture budget). They must pass the transformers checks the F32 rows of q35-ratio pass, and
-// agree with llama.cpp on the same values (ref_llamacpp_f32.json: tools/make_f32_refs.py).
+// F32 files of q35-ratio and of the transformers-made qwen3next and qwen35 fixtures, written at test time from the
+// committed F16 ones (their weights are f16-representable, so the upcast is exact: the same model as transformers
+// holds, and for q35-ratio tensor for tensor llama.cpp's own F32 conversion, checked when it was last committed; not
+// committed, for the fixture budget). They must pass the transformers checks at F32 tolerance, and agree with
+// llama.cpp's F32 logits (ref_llamacpp_f32.json: tools/make_fixtures.py for q35-ratio, tools/make_f32_refs.py).
 TEST(Fixtures, F32OfTheTransformersMadeArchitectures) {
-  for (const char* preset : {"next-tiny", "dense-tiny"}) {
+  for (const char* preset : {"q35-ratio", "next-tiny", "dense-tiny"}) {
     SCOPED_TRACE(preset);
     const fs::path src = kModels / (std::string(preset) + ".f16.gguf");
     const fs::path dst = fs::temp_directory_path() / (std::string(preset) + "_" + std::to_string(::getpid()) + ".f32.gguf");

@@ -132,7 +132,7 @@ TEST(ParseSize, UnitsAndErrors) {
 // Prompts longer than kMaxBatchRows go through the forward in chunks; the logits equal one forward's.
 TEST(EngineEval, LongPromptsInChunksEqualOneForward) {
   EngineOptions o;
-  o.model_path = (kModels / "q35-ratio.f32.gguf").string();
+  o.model_path = (kModels / "q35-ratio.f16.gguf").string();
   o.n_ctx = 2 * kMaxBatchRows + 100;
   o.threads = 1;
   o.kv_type = "f32";

@@ -7,7 +7,7 @@
 set -euo pipefail
 TERN=$1
 FIX=$2
-MODEL="$FIX/models/q35-ratio.f32.gguf"
+MODEL="$FIX/models/q35-ratio.f16.gguf"
 check() {  # check JSON WANT_PYTHON_DICT
   python3 - "$1" "$2" <<'PY'
 import ast, json, math, sys

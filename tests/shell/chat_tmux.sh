@@ -6,7 +6,7 @@ set -u
 TERN=$1
 FIX=$2
 M=${TERN_CHAT_MODEL:-$FIX/../../models/tern-tiny-q35moe.gguf}
-[ -f "$M" ] || M=$FIX/models/q35-ratio.f32.gguf
+[ -f "$M" ] || M=$FIX/models/q35-ratio.f16.gguf
 command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/install-deps.sh installs it)"; exit 1; }
 S=tern-chat-test-$$
 # A private tmux server with no user config, and a shell that exists: CI images may set SHELL to something

@@ -4,7 +4,7 @@
 set -u
 TERN=$1
 FIX=$2
-M=$FIX/models/q35-ratio.f32.gguf
+M=$FIX/models/q35-ratio.f16.gguf
 fails=0
 check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails+1)); fi; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -32,6 +32,7 @@ class Preset:
     hf_config: dict
     gguf_types: list[str]        # written by llama.cpp's convert_hf_to_gguf.py
     quant_types: list[str] = field(default_factory=list)  # written by llama.cpp's quantizer from the f32 file
+    work_only: list[str] = field(default_factory=list)  # gguf_types made for the references but not committed
     n_greedy: int = 40
     hf_arch: str = "Qwen3_5MoeForCausalLM"  # transformers' class (hfmodel.ARCHS): Qwen3.5-MoE, Qwen3-Next, dense Qwen3.5
 
@@ -53,7 +54,7 @@ PRESETS: dict[str, Preset] = {
             linear_num_key_heads=4, linear_num_value_heads=8, num_experts=16, num_experts_per_tok=4,
             moe_intermediate_size=32, shared_expert_intermediate_size=32, tie_word_embeddings=False,
             max_position_embeddings=4096, rms_norm_eps=1e-6),
-        gguf_types=["f32", "f16", "q8_0"], quant_types=["q4_0", "q4_k_m"]),
+        gguf_types=["f32", "f16", "q8_0"], quant_types=["q4_0", "q4_k_m"], work_only=["f32"]),
     "odd": Preset(
         name="odd", seed=4807, init_gain=1.5, logit_gain=6.0, router_gain=3.0, n_tokenizer=290,
         hf_config=dict(
@@ -100,6 +101,25 @@ PRESETS: dict[str, Preset] = {
             linear_num_value_heads=8, intermediate_size=96, tie_word_embeddings=False,
             max_position_embeddings=4096, rms_norm_eps=1e-6),
         gguf_types=["f16"]),
+}
+
+# Presets made by tools/make_mtp_fixture.py, not by make_fixtures.py (kept out of PRESETS so that a default
+# make_fixtures.py run neither regenerates nor deletes their files).
+#   q35-mtp   q35-ratio's widths and gains at 4 layers (3 DeltaNet + 1 attention) plus one multi-token-prediction
+#             block (config mtp_num_hidden_layers = 1; the mtp.* tensors are drawn by make_mtp_fixture.py, since
+#             transformers' Qwen3.5-MoE classes neither create nor run them); weights BF16-representable, so the
+#             BF16 GGUF llama.cpp's converter writes holds exactly the reference weights
+MTP_PRESETS: dict[str, Preset] = {
+    "q35-mtp": Preset(
+        name="q35-mtp", seed=3531, init_gain=0.5, logit_gain=4.0, router_gain=3.0, n_tokenizer=400,
+        hf_config=dict(
+            vocab_size=512, hidden_size=64, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=1,
+            head_dim=32, rope_parameters=_rope([2, 1, 1]), layer_types=interval_layers(4, 4),
+            linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+            linear_num_key_heads=4, linear_num_value_heads=8, num_experts=16, num_experts_per_tok=4,
+            moe_intermediate_size=32, shared_expert_intermediate_size=32, tie_word_embeddings=False,
+            max_position_embeddings=4096, rms_norm_eps=1e-6, mtp_num_hidden_layers=1),
+        gguf_types=["bf16"]),
 }
 
 PROMPT_LENGTHS = [1, 5, 63, 64, 65, 300]  # chunk edges of the chunked delta rule (64)

@@ -1,0 +1,191 @@
+// The decode loop with speculative decoding: greedy output with drafting is token for token the output without
+// it, whatever the drafts are worth. The fixture's own MTP block has random weights (acceptance ~0), so an
+// oracle stands in for it: a Model that forwards everything to the real q35-mtp model except forward_draft,
+// which proposes the true greedy continuation (optionally corrupted at a given rate), so every acceptance path
+// runs: all drafts taken, some, none; one sequence and several in one batch.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "core/error.h"
+#include "models/registry.h"
+#include "runtime/decode_loop.h"
+#include "runtime/sampler.h"
+
+namespace fs = std::filesystem;
+using namespace tern;
+using namespace tern::runtime;
+
+namespace {
+
+const std::string kModel = std::string(TERN_FIXTURES_DIR) + "/models/q35-mtp.bf16.gguf";
+
+// The real model, with an oracle draft block.
+class OracleDraft : public models::Model {
+ public:
+  explicit OracleDraft(models::Model& m) : m_(m) {}
+  double corrupt = 0;                                              // rate of wrong drafts
+  std::map<const models::SequenceState*, std::vector<int32_t>> truth;  // per state: prompt + greedy continuation
+
+  const gguf::File& file() const override { return m_.file(); }
+  const models::ModelInfo& info() const override { return m_.info(); }
+  models::StateShape state_shape() const override { return m_.state_shape(); }
+  uint64_t buffer_bytes(int64_t r, int n) const override { return m_.buffer_bytes(r, n); }
+  models::WeightBytes weight_bytes(bool a, bool b) const override { return m_.weight_bytes(a, b); }
+  backend::Backend& backend() override { return m_.backend(); }
+  models::RepackReport repack(models::RepackScope s) override { return m_.repack(s); }
+  void start(models::TensorDump d, int64_t s) override { m_.start(std::move(d), s); }
+  const std::vector<float>& forward(std::vector<models::SeqInput>& b) override {
+    draft_call_ = false;
+    return m_.forward(b);
+  }
+  const std::vector<float>& hidden() const override { return draft_call_ ? hidden_ : m_.hidden(); }
+  bool can_draft() const override { return true; }
+  bool experts_streamed() const override { return false; }
+  int64_t expert_slots() const override { return 0; }
+  models::ExpertCacheStats expert_stats() const override { return {}; }
+
+  // Proposes the true next token: the first call of a step follows the last sampled token (at trunk position
+  // n_past), each chained call one further.
+  const std::vector<float>& forward_draft(std::vector<models::DraftInput>& batch) override {
+    draft_call_ = true;
+    const int64_t V = info().n_vocab, D = info().n_embd;
+    logits_.assign(static_cast<size_t>(batch.size() * V), 0.0f);
+    int64_t rows = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      models::SequenceState* st = batch[i].state;
+      auto& [n_seen, chain] = steps_[st];
+      if (n_seen != st->n_past()) n_seen = st->n_past(), chain = 0;
+      const std::vector<int32_t>& g = truth.at(st);
+      const size_t at = static_cast<size_t>(st->n_past() + 1 + chain++);
+      int32_t d = at < g.size() ? g[at] : 0;
+      if (corrupt > 0 && static_cast<double>((++draws_ * 2654435761u) % 1000) < corrupt * 1000) d = (d + 1) % V;
+      logits_[i * V + d] = 10.0f;
+      st->draft()->advance(static_cast<int64_t>(batch[i].tokens.size()));
+      rows += static_cast<int64_t>(batch[i].tokens.size());
+    }
+    hidden_.assign(static_cast<size_t>(rows * D), 0.0f);
+    return logits_;
+  }
+
+ private:
+  models::Model& m_;
+  bool draft_call_ = false;
+  std::vector<float> logits_, hidden_;
+  std::map<const models::SequenceState*, std::pair<int64_t, int64_t>> steps_;
+  uint64_t draws_ = 0;
+};
+
+// Greedy generation of n tokens for each prompt, every sequence in the same loop steps.
+std::vector<std::vector<int32_t>> generate(models::Model& model, DecodeLoop& loop,
+                                           const std::vector<models::SequenceState*>& states,
+                                           const std::vector<std::vector<int32_t>>& prompts, int n) {
+  const int64_t V = model.info().n_vocab;
+  std::vector<DecodeSeq> ds(prompts.size());
+  std::vector<DecodeSeq*> seqs;
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ds[i].state = states[i];
+    ds[i].feed = prompts[i];
+    ds[i].sample = true;
+    seqs.push_back(&ds[i]);
+  }
+  auto pick = [&](size_t i, const float* logits, int32_t) {
+    const int32_t t = argmax(logits, V);
+    out[i].push_back(t);
+    if (static_cast<int>(out[i].size()) >= n) ds[i].stopped = true;
+    return t;
+  };
+  for (;;) {
+    bool any = false;
+    for (size_t i = 0; i < ds.size(); ++i) {
+      const bool more = static_cast<int>(out[i].size()) < n;
+      if (!out[i].empty()) ds[i].feed = more ? std::vector<int32_t>{out[i].back()} : std::vector<int32_t>{};
+      any |= more;
+    }
+    if (!any) break;
+    loop.step(seqs, pick);
+  }
+  return out;
+}
+
+std::vector<std::unique_ptr<models::SequenceState>> make_states(models::Model& m, size_t n) {
+  std::vector<std::unique_ptr<models::SequenceState>> v;
+  for (size_t i = 0; i < n; ++i)
+    v.push_back(std::make_unique<models::SequenceState>(m.backend(), m.state_shape(), 256, ops::KvType::kF16));
+  return v;
+}
+
+std::vector<models::SequenceState*> ptrs(const std::vector<std::unique_ptr<models::SequenceState>>& v) {
+  std::vector<models::SequenceState*> p;
+  for (const auto& s : v) p.push_back(s.get());
+  return p;
+}
+
+class DecodeLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kModel)) GTEST_SKIP() << "missing " << kModel;
+    model_ = models::load_model(kModel);
+    model_->start({}, 0);
+    DecodeLoop plain(*model_, DraftOptions{});
+    auto st = make_states(*model_, prompts_.size());
+    want_ = generate(*model_, plain, ptrs(st), prompts_, kN);
+    for (const auto& w : want_) ASSERT_EQ(static_cast<int>(w.size()), kN);
+  }
+  static constexpr int kN = 40;
+  std::unique_ptr<models::Model> model_;
+  std::vector<std::vector<int32_t>> prompts_ = {{5, 9, 13, 2, 7}, {300, 4, 4, 81, 17, 23, 99, 140, 8}, {1}};
+  std::vector<std::vector<int32_t>> want_;
+};
+
+TEST_F(DecodeLoopTest, GreedyWithTheFilesMtpBlockEqualsWithout) {
+  ASSERT_TRUE(model_->can_draft());
+  DraftOptions o;
+  o.max = 3;
+  o.adaptive = false;  // draft every step, even at ~0 acceptance
+  DecodeLoop loop(*model_, o);
+  auto st = make_states(*model_, prompts_.size());
+  EXPECT_EQ(generate(*model_, loop, ptrs(st), prompts_, kN), want_);
+  EXPECT_GT(loop.stats().drafted, 100);
+}
+
+TEST_F(DecodeLoopTest, GreedyWithOracleDraftsEqualsWithout) {
+  for (double corrupt : {0.0, 0.35, 1.0}) {
+    for (bool batched : {false, true}) {
+      OracleDraft oracle(*model_);
+      oracle.corrupt = corrupt;
+      DraftOptions o;
+      o.max = 3;
+      o.adaptive = false;
+      DecodeLoop loop(oracle, o);
+      std::vector<std::vector<int32_t>> got;
+      auto st = make_states(oracle, prompts_.size());
+      for (size_t i = 0; i < prompts_.size(); ++i) {
+        std::vector<int32_t> t = prompts_[i];
+        t.insert(t.end(), want_[i].begin(), want_[i].end());
+        oracle.truth[st[i].get()] = t;
+      }
+      if (batched) {  // all prompts in one loop: each sequence verifies its own drafts in the shared forward
+        got = generate(oracle, loop, ptrs(st), prompts_, kN);
+      } else {
+        for (size_t i = 0; i < prompts_.size(); ++i)
+          got.push_back(generate(oracle, loop, {st[i].get()}, {prompts_[i]}, kN)[0]);
+      }
+      EXPECT_EQ(got, want_) << "corrupt " << corrupt << (batched ? ", batched" : ", alone");
+      const DraftStats& s = loop.stats();
+      if (corrupt == 0.0) {
+        EXPECT_GT(s.acceptance(), 0.9) << "an oracle's drafts are taken";
+        EXPECT_GT(s.tokens_per_step(), 3.0);
+      } else if (corrupt == 1.0) {
+        EXPECT_EQ(s.accepted, 0);
+      } else {
+        EXPECT_GT(s.accepted, 0);
+        EXPECT_LT(s.accepted, s.drafted);
+      }
+    }
+  }
+}
+
+}  // namespace
