@@ -74,6 +74,14 @@ void print_text(const gguf::File& f, const gguf::ModelSummary& s) {
   std::printf("parameters:    %s total, %s active per token\n", human_count(s.n_params).c_str(),
               human_count(s.n_params_active).c_str());
   std::printf("decode reads:  %s of weights per token\n", human_bytes(s.bytes_per_token).c_str());
+  if (s.n_layer_nextn > 0) {  // the MTP blocks after the trunk: speculative decoding's draft (the first one)
+    uint64_t bytes = 0;
+    const int64_t first = int64_t{s.n_layer} - s.n_layer_nextn;
+    for (const auto& t : f.tensors())
+      if (gguf::block_index(t.name) >= first) bytes += t.n_bytes;
+    std::printf("mtp:           %u block(s) from blk.%lld, %s; drafts for speculative decoding (--draft, --no-spec)\n",
+                s.n_layer_nextn, static_cast<long long>(first), human_bytes(bytes).c_str());
+  }
 }
 
 RunFn setup_info(CLI::App& app) {

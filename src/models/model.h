@@ -31,6 +31,7 @@ struct WeightBytes {
   uint64_t experts = 0;                // all routed experts
   std::vector<uint64_t> expert_bytes;  // [n_layer] one routed expert (all its matrices) of each layer
   bool repacked = false;               // some matrices are held repacked (anonymous memory)
+  uint64_t mtp = 0;                    // of dense + experts: the MTP block that drafts (0: none)
 };
 
 // Which matrices are repacked for the kernels at load (quant/repack.h): none, all but the routed experts

@@ -65,6 +65,7 @@ MemoryPlan plan_memory(const models::ModelShape& m, const MemoryRequest& r) {
   p.experts = w.experts;
   p.expert_bytes = w.expert_bytes;
   p.repacked = w.repacked;
+  p.mtp = w.mtp;
   p.state = static_cast<uint64_t>(r.n_parallel) * SequenceState::bytes_for(m.state_shape(), r.n_ctx, r.kv_type);
   p.buffers = m.buffer_bytes(std::min(r.batch_rows, r.n_ctx * r.n_parallel), r.n_parallel);
   p.runtime = kProgramBytes + kMetadataFactor * f.data_offset();
@@ -135,6 +136,7 @@ std::string format_plan(const MemoryPlan& p) {
                   static_cast<long long>(p.n_expert), p.repacked ? ", repacked as read" : "");
     row("expert cache", p.expert_cache, note);
   }
+  if (p.mtp) row("  of which MTP", p.mtp, "the draft block (one layer; in the rows above)");
   row("sequence state", p.state, "KV cache + recurrent state");
   row("buffers", p.buffers, "forward scratch, logits");
   row("runtime", p.runtime, "program, metadata, tokenizer (estimate)");

@@ -32,6 +32,7 @@ struct MemoryPlan {
   uint64_t file_bytes = 0;
   uint64_t dense = 0;          // weights read in full: embeddings, attention, DeltaNet, routers, shared experts
   uint64_t experts = 0;        // all routed experts in the file
+  uint64_t mtp = 0;            // of dense + experts: the MTP block (speculative decoding's draft)
   std::vector<uint64_t> expert_bytes;  // one expert (gate + up + down) of each layer
   uint64_t state = 0;          // n_parallel sequences of KV cache + recurrent state
   uint64_t buffers = 0;        // forward scratch and logits

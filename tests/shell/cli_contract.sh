@@ -32,12 +32,26 @@ check "detokenize(tokenize(x)) == x" '[ "$txt" = "Hello world, hello tern." ]'
 "$TERN" run -p "Once upon a time" -n 8 --temp 0 -c 256 >"$tmp/b" 2>"$tmp/be"; rc=$?
 check "run without -m uses the bundled model, said once" '[ $rc -eq 0 ] && [ -s "$tmp/b" ] && [ $(grep -c "using the bundled model" "$tmp/be") -eq 1 ]'
 
+# A file with an MTP block: info and plan show it; run drafts by default (logged once) and prints the same ids as
+# --no-spec; --draft on a file without one is a warning, not a silent no-op.
+MTP=$FIX/models/q35-mtp.bf16.gguf
+check "info shows the MTP block" '"$TERN" info "$MTP" 2>/dev/null | grep -q "^mtp: .*1 block(s) from blk.4"'
+check "plan shows the MTP block's memory" '"$TERN" plan -m "$MTP" 2>/dev/null | grep -q "of which MTP"'
+"$TERN" run -m "$MTP" --tokens 5,9,13 -n 12 --temp 0 --print-ids -c 64 >"$tmp/s1" 2>"$tmp/s1e"
+"$TERN" run -m "$MTP" --tokens 5,9,13 -n 12 --temp 0 --print-ids -c 64 --no-spec >"$tmp/s0" 2>/dev/null
+check "run drafts by default, said once" '[ $(grep -c "speculative decoding: the MTP block drafts" "$tmp/s1e") -eq 1 ]'
+check "run with drafting prints the ids of --no-spec" '[ -s "$tmp/s0" ] && cmp -s "$tmp/s0" "$tmp/s1"'
+"$TERN" run -m "$M" --tokens 5,9,13 -n 2 --temp 0 --print-ids -c 64 --draft 2 >/dev/null 2>"$tmp/w"
+check "--draft without an MTP block warns" 'grep -q "has no MTP block to draft with" "$tmp/w"'
+
 # Bad input: exit 1 and exactly one error line ("tern: error: ..."), the last line on stderr (info lines about
 # what was loaded may precede it).
 bad() {
   "$TERN" "$@" >/dev/null 2>"$tmp/e"; rc=$?
   check "error exit 1: $*" '[ $rc -eq 1 ] && [ $(grep -c "^tern: error:" "$tmp/e") -eq 1 ] && tail -n 1 "$tmp/e" | grep -q "^tern: error:"'
 }
+bad run -m "$MTP" --tokens 1,2 --print-ids -n 2 --draft -2
+bad run -m "$MTP" --tokens 1,2 --print-ids -n 2 --draft-min-p 1.5
 bad run -m "$M" --tokens 1,x,3 --print-ids
 bad run -m "$M" --tokens 1,2 -n 100 -c 16 --print-ids
 bad run -m "$M" --tokens 999999 -n 1 --print-ids

@@ -60,6 +60,7 @@ WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool
     if (il >= n_blocks) continue;  // MTP blocks past the first: never loaded
     w.repacked |= tensor_repacked(t, c, repack, repack_experts);
     const uint64_t bytes = resident_tensor_bytes(t, c, repack, repack_experts);
+    if (il == c.n_layer) w.mtp += bytes;
     if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
       w.experts += bytes;
       w.expert_bytes[static_cast<size_t>(il)] += bytes / static_cast<uint64_t>(c.n_expert);
