@@ -450,3 +450,68 @@ TEST(Scheduler, StreamedExpertsSameOutputAndCounters) {
   EXPECT_EQ(st.experts.hits + st.experts.misses,
             streamed.model().expert_stats().hits + streamed.model().expert_stats().misses);
 }
+
+// Speculative decoding inside continuous batching: a model with an MTP block drafts per sequence (the default);
+// eight greedy requests at once, prompts chunked across steps, with and without the prefix cache (a follow-up turn
+// resumes from a snapshot), give exactly the tokens the same model gives without drafting, one request at a time.
+TEST(Scheduler, DraftingInABatchOfEightEqualsNoDrafting) {
+  const std::string mtp = TERN_FIXTURES_DIR "/models/q35-mtp.bf16.gguf";
+  auto engine_for = [&](bool spec) {
+    runtime::EngineOptions o;
+    o.model_path = mtp;
+    o.n_ctx = 256;
+    o.threads = 1;
+    o.no_spec = !spec;
+    return std::make_unique<runtime::Engine>(o);
+  };
+  auto plain = engine_for(false), spec = engine_for(true);
+  ASSERT_TRUE(spec->decoder().drafting());
+  ASSERT_FALSE(plain->decoder().drafting());
+  const text::Tokenizer tok(text::tokenizer_data_from_gguf(spec->model().file()));
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    GenRequest r;
+    for (int t = 0; t < 9 + 8 * i; ++t) r.prompt.push_back((t * 37 + i * 101 + 5) % 390 + 1);
+    r.max_tokens = 24;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0;
+    reqs.push_back(r);
+  }
+  std::vector<Outcome> want;
+  {
+    SchedulerOptions so;
+    so.parallel = 1;
+    so.batch = 16;
+    Scheduler s(*plain, tok, so);
+    for (const auto& r : reqs) want.push_back(drain(*s.submit(r)));
+  }
+  for (int with_cache = 0; with_cache < 2; ++with_cache) {
+    SchedulerOptions so;
+    so.parallel = 8;
+    so.batch = 16;
+    so.cache_bytes = with_cache ? size_t{64} << 20 : 0;
+    Scheduler s(*spec, tok, so);
+    std::vector<std::shared_ptr<Completion>> cs;
+    for (const auto& r : reqs) cs.push_back(s.submit(r));
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      Outcome o = drain(*cs[i]);
+      EXPECT_EQ(o.tokens, want[i].tokens) << "request " << i << (with_cache ? ", cache on" : "");
+      EXPECT_EQ(o.text, want[i].text) << "request " << i;
+    }
+    if (with_cache) {  // a second turn on request 3: resumes from the end of its answer, still the same tokens
+      GenRequest r2 = reqs[3];
+      r2.prompt.insert(r2.prompt.end(), want[3].tokens.begin(), want[3].tokens.end() - 1);
+      for (int t = 0; t < 7; ++t) r2.prompt.push_back(t * 11 + 3);
+      auto c2 = s.submit(r2);
+      Outcome o2 = drain(*c2);
+      EXPECT_GT(c2->n_cached(), static_cast<int64_t>(reqs[3].prompt.size()));
+      SchedulerOptions one;
+      one.parallel = 1;
+      Scheduler p(*plain, tok, one);
+      EXPECT_EQ(o2.tokens, drain(*p.submit(r2)).tokens) << "follow-up turn from the prefix cache";
+    }
+    settle(s);
+    EXPECT_GT(s.stats().draft.steps, 0);
+    EXPECT_GT(s.stats().draft.drafted, 0) << "the MTP block drafted";
+  }
+}
