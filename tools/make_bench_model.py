@@ -10,6 +10,7 @@ requantizes the Q8_0 file with llama.cpp's quantizer) and tests/serve/bench_batc
 smoke run).
 
 usage: make_bench_model.py OUT.gguf [--layers 4] [--vocab 4096] [--experts 256] [--type q8_0|q4_0-experts] [--seed 7]
+                           [--mtp]
 """
 import argparse
 import os
@@ -88,13 +89,15 @@ def main():
     ap.add_argument("--experts", type=int, default=256, help="routed experts per layer (top-8 of them); >= 8")
     ap.add_argument("--type", choices=TYPES, default="q8_0")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--mtp", action="store_true", help="add one MTP (nextn) block after the trunk, as llama.cpp's "
+                    "converter writes Qwen3.5's (speculative decoding's draft; random, so no useful acceptance)")
     a = ap.parse_args()
     if a.layers < 1:
         sys.exit("error: --layers must be >= 1")
     if a.experts < qg.REAL_WIDTHS.n_used:
         sys.exit(f"error: --experts must be >= {qg.REAL_WIDTHS.n_used} (the experts each token uses)")
     rng = np.random.default_rng(a.seed)
-    g = replace(qg.REAL_WIDTHS.with_layers(a.layers), n_expert=a.experts)
+    g = replace(qg.REAL_WIDTHS.with_layers(a.layers), n_expert=a.experts, n_mtp=1 if a.mtp else 0)
 
     def qtype(name, shape):
         if len(shape) == 1 or name.endswith(("ssm_conv1d.weight", "ffn_gate_inp.weight")):

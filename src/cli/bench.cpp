@@ -39,7 +39,7 @@ static RunFn setup_bench(CLI::App& app) {
     runtime::EngineOptions engine;
     int n_prompt = 512, n_gen = 128, reps = 5;
     std::vector<int> depths{0};
-    bool json = false, profile = false;
+    bool json = false, profile = false, spec_costs = false;
     double mem_bw = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -56,6 +56,10 @@ static RunFn setup_bench(CLI::App& app) {
   app.add_flag("--json", o->json, "Print results as one JSON array");
   app.add_flag("--profile", o->profile,
                "Then time one tg run (-n tokens at the first depth) op by op: ms, bytes read and GB/s per token");
+  app.add_flag("--spec-costs", o->spec_costs,
+               "Then measure speculative decoding's costs on this machine: a verify forward of 1 + k tokens "
+               "(k = 0..4) and one draft step of the MTP block (-r repetitions each, at the first depth), and the "
+               "decode speed-up they imply at per-token acceptance 0.6, 0.8 and 0.9");
   app.add_option("--mem-bw", o->mem_bw,
                  "Memory read bandwidth in GB/s for --profile's roofline column (0: measure it, ~2 s)")
       ->capture_default_str();
@@ -66,6 +70,7 @@ static RunFn setup_bench(CLI::App& app) {
     for (int d : o->depths)
       if (d < 0) fail("-d: depths must be >= 0 (got %d)", d);
     if (o->profile && o->json) fail("--profile prints a table; use it without --json");
+    if (o->spec_costs && o->json) fail("--spec-costs prints a table; use it without --json");
     if (o->profile && o->n_gen == 0) fail("--profile times a tg run: -n must be > 0");
     if (o->mem_bw < 0 || !std::isfinite(o->mem_bw)) fail("--mem-bw must be a bandwidth in GB/s >= 0");
     const int max_depth = *std::max_element(o->depths.begin(), o->depths.end());
@@ -144,6 +149,56 @@ static RunFn setup_bench(CLI::App& app) {
       if (o->n_gen > 0) measure(0, o->n_gen, depth, run_tg);
     }
     if (o->json) std::printf("%s\n", out.dump(2).c_str());
+    if (o->spec_costs) {
+      models::Model& m = engine.model();
+      if (!m.can_draft()) fail("--spec-costs: %s has no MTP block", o->engine.model_path.c_str());
+      constexpr int kMaxK = 4;
+      start_at(std::max(o->depths.front(), 1));
+      seq->set_checkpoint_capacity(m.backend(), kMaxK + 1);
+      std::vector<double> tv(kMaxK + 1, 0.0);
+      std::vector<models::SeqInput> b(1);
+      b[0].state = seq.get();
+      b[0].all_logits = true;
+      b[0].hidden = true;
+      std::vector<float> h;
+      for (int rep = -1; rep < o->reps; ++rep) {  // rep -1: warm-up
+        for (int k = 0; k <= kMaxK; ++k) {
+          if (seq->n_past() + k + 1 >= seq->n_ctx()) fail("--spec-costs: raise -c");
+          b[0].tokens = random_tokens(k + 1);
+          const int64_t base = seq->n_past();
+          auto t0 = clock::now();
+          m.forward(b);
+          if (rep >= 0) tv[k] += std::chrono::duration<double>(clock::now() - t0).count() / o->reps;
+          h.assign(m.hidden().end() - engine.info().n_embd, m.hidden().end());
+          seq->rollback(base + 1);  // as a verify that kept its first token
+        }
+      }
+      std::vector<models::DraftInput> d(1);
+      d[0].state = seq.get();
+      double td = 0;
+      for (int rep = -1; rep < o->reps; ++rep) {
+        d[0].tokens = random_tokens(1);
+        d[0].hidden = h;
+        auto t0 = clock::now();
+        m.forward_draft(d);
+        if (rep >= 0) td += std::chrono::duration<double>(clock::now() - t0).count() / o->reps;
+        h = m.hidden();
+      }
+      std::printf("\nspeculative decoding costs (%s, %d threads, %d repetitions; one draft step %.2f ms = %.2fx a "
+                  "1-token forward):\n", o->engine.model_path.c_str(), n_threads(), o->reps, td * 1e3, td / tv[0]);
+      std::printf("| k | verify 1+k ms | / 1-token | implied speed-up at acceptance 0.6 | 0.8 | 0.9 |\n");
+      std::printf("|---:|---:|---:|---:|---:|---:|\n");
+      for (int k = 0; k <= kMaxK; ++k) {
+        std::printf("| %d | %.2f | %.2f |", k, tv[k] * 1e3, tv[k] / tv[0]);
+        for (double a : {0.6, 0.8, 0.9}) {
+          const double tokens = (1.0 - std::pow(a, k + 1)) / (1.0 - a);  // 1 + a + ... + a^k per step
+          std::printf(" %.2f |", tokens * tv[0] / (tv[k] + k * td));
+        }
+        std::printf("\n");
+      }
+      std::printf("(speed-up = expected tokens per step x t(1 token) / (t(verify 1+k) + k x t(draft step)); the "
+                  "first draft forward of a step also writes the kept tokens' rows, not counted)\n");
+    }
     if (!o->profile) return 0;
 
     // One more tg run with the op timers on (the tests above warmed everything up).

@@ -23,6 +23,7 @@ static RunFn setup_plan(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   add_model_option(app, o->engine, ModelArg::kRequired);
   add_memory_options(app, o->engine);
+  add_draft_options(app, o->engine);
   app.add_option("--parallel", o->parallel, "Sequences held at once (tern serve --parallel)")->capture_default_str();
   app.add_option("-b,--batch", o->batch, "Rows of the largest forward")->capture_default_str();
   app.add_flag("--json", o->json, "Print the plan as one JSON object (bytes)");
@@ -44,13 +45,14 @@ static RunFn setup_plan(CLI::App& app) {
     req.budget = budget;
     req.expert_slots = e.expert_cache;
     req.repack = !e.no_repack;
+    req.checkpoints = runtime::draft_checkpoints(*m, e.draft, e.no_spec);  // the default --draft when it drafts
     const runtime::MemoryPlan p = runtime::plan_memory(*m, req);
     if (o->json) {
       nlohmann::ordered_json j = {
           {"model", e.model_path}, {"file_bytes", p.file_bytes}, {"n_ctx", req.n_ctx}, {"parallel", o->parallel},
           {"dense", p.dense}, {"experts", p.experts}, {"streamed", p.streamed}, {"expert_slots", p.slots},
           {"n_expert", p.n_expert}, {"expert_cache", p.expert_cache}, {"state", p.state}, {"buffers", p.buffers},
-          {"runtime", p.runtime}, {"total", p.total()}, {"minimum", p.minimum()}, {"budget", p.budget},
+          {"checkpoints", p.checkpoints}, {"runtime", p.runtime}, {"total", p.total()}, {"minimum", p.minimum()}, {"budget", p.budget},
           {"repacked", p.repacked}, {"fits", p.fits}, {"verdict", p.verdict}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {

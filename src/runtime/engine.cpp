@@ -119,6 +119,7 @@ Engine::Engine(const EngineOptions& o) {
   req.expert_slots = o.expert_cache;
   req.prefix_cache = o.prefix_cache_bytes;
   req.repack = !o.no_repack;
+  req.checkpoints = draft_checkpoints(*model_, o.draft, o.no_spec);
   plan_ = plan_memory(*model_, req);
   if (req.repack && !plan_.streamed && budget == 0 &&
       static_cast<double>(plan_.dense + plan_.experts) > 0.8 * available_memory_bytes()) {

@@ -12,8 +12,6 @@
 
 namespace tern::runtime {
 
-inline constexpr int kDefaultDraft = 3;  // tokens the MTP block drafts per step when the file has one (adaptive)
-
 struct EngineOptions {
   std::string model_path;
   int64_t n_ctx = 0;           // 0: the model's training context, capped by free memory

@@ -47,6 +47,12 @@ int64_t default_n_ctx(const models::ModelShape& m, ops::KvType kv_type, int n_pa
   return n;
 }
 
+int64_t draft_checkpoints(const models::ModelShape& m, int draft, bool no_spec) {
+  if (no_spec || m.info().n_mtp == 0) return 0;
+  const int d = draft >= 0 ? draft : kDefaultDraft;
+  return d > 0 ? d + 1 : 0;
+}
+
 uint64_t MemoryPlan::minimum() const {
   uint64_t one_each = 0;
   for (uint64_t b : expert_bytes) one_each += b;
@@ -67,6 +73,10 @@ MemoryPlan plan_memory(const models::ModelShape& m, const MemoryRequest& r) {
   p.repacked = w.repacked;
   p.mtp = w.mtp;
   p.state = static_cast<uint64_t>(r.n_parallel) * SequenceState::bytes_for(m.state_shape(), r.n_ctx, r.kv_type);
+  for (const models::LayerStateShape& s : m.state_shape())
+    p.checkpoints += static_cast<uint64_t>(r.checkpoints * (s.conv_floats + s.ssm_floats)) * sizeof(float);
+  p.checkpoints *= static_cast<uint64_t>(r.n_parallel);
+  p.state += p.checkpoints;
   p.buffers = m.buffer_bytes(std::min(r.batch_rows, r.n_ctx * r.n_parallel), r.n_parallel);
   p.runtime = kProgramBytes + kMetadataFactor * f.data_offset();
   p.prefix_cache = r.prefix_cache;
@@ -137,7 +147,9 @@ std::string format_plan(const MemoryPlan& p) {
     row("expert cache", p.expert_cache, note);
   }
   if (p.mtp) row("  of which MTP", p.mtp, "the draft block (one layer; in the rows above)");
-  row("sequence state", p.state, "KV cache + recurrent state");
+  row("sequence state", p.state,
+      p.checkpoints ? "KV cache + recurrent state + " + format_bytes(p.checkpoints) + " of draft checkpoints"
+                    : std::string("KV cache + recurrent state"));
   row("buffers", p.buffers, "forward scratch, logits");
   row("runtime", p.runtime, "program, metadata, tokenizer (estimate)");
   if (p.prefix_cache) row("prefix cache", p.prefix_cache, "server snapshots (at most)");

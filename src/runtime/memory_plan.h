@@ -16,6 +16,7 @@ namespace tern::runtime {
 
 // Prompt tokens one forward takes at most (longer prompts go in chunks of this many): bounds the buffers.
 inline constexpr int64_t kMaxBatchRows = 512;
+inline constexpr int kDefaultDraft = 3;  // tokens the MTP block drafts per step when the file has one (adaptive)
 
 struct MemoryRequest {
   int64_t n_ctx = 0;          // per sequence, already resolved (> 0)
@@ -26,7 +27,12 @@ struct MemoryRequest {
   int64_t expert_slots = 0;   // experts cached per layer; 0: from the budget (or mapped without one)
   uint64_t prefix_cache = 0;  // the server's prefix-cache budget
   bool repack = true;         // matrices repacked for the kernels (Model::repack): their repacked sizes count
+  int64_t checkpoints = 0;    // recurrent-state checkpoints per sequence (speculative decoding: --draft + 1)
 };
+
+// Checkpoints per sequence the decode loop sets for these options on a model (0 without drafting): one shared rule
+// for the engine and `tern plan`.
+int64_t draft_checkpoints(const models::ModelShape& m, int draft, bool no_spec);
 
 struct MemoryPlan {
   uint64_t file_bytes = 0;
@@ -34,7 +40,8 @@ struct MemoryPlan {
   uint64_t experts = 0;        // all routed experts in the file
   uint64_t mtp = 0;            // of dense + experts: the MTP block (speculative decoding's draft)
   std::vector<uint64_t> expert_bytes;  // one expert (gate + up + down) of each layer
-  uint64_t state = 0;          // n_parallel sequences of KV cache + recurrent state
+  uint64_t state = 0;          // n_parallel sequences of KV cache + recurrent state (+ checkpoints when drafting)
+  uint64_t checkpoints = 0;    // of state: the recurrent-state checkpoints speculative decoding keeps
   uint64_t buffers = 0;        // forward scratch and logits
   uint64_t runtime = 0;        // program, libraries, parsed metadata and tokenizer (an estimate)
   uint64_t prefix_cache = 0;   // server prefix cache (at most)

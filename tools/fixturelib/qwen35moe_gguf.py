@@ -35,6 +35,7 @@ class Geometry:
     conv: int
     n_ctx: int
     rope_sections: tuple[int, ...] | None = None  # MRoPE sections (pairs); llama.cpp requires them, tern ignores
+    n_mtp: int = 0     # multi-token-prediction blocks after the trunk (llama.cpp's nextn layout)
 
     def with_layers(self, n_layer: int) -> "Geometry":
         return replace(self, n_layer=n_layer)
@@ -56,10 +57,11 @@ def tensor_plan(g: Geometry, n_vocab: int, tied: bool = False) -> list[tuple[str
     if not tied:
         p.append(("output.weight", (n_vocab, g.n_embd)))
     qkv = 2 * g.ssm_groups * g.ssm_state + g.ssm_inner
-    for i in range(g.n_layer):
+    for i in range(g.n_layer + g.n_mtp):
         b = f"blk.{i}."
+        mtp = i >= g.n_layer  # an MTP block: a full-attention MoE layer plus its nextn tensors
         p += [(b + "attn_norm.weight", (g.n_embd,)), (b + "post_attention_norm.weight", (g.n_embd,))]
-        if g.is_attention(i):  # q is double width: query + output gate
+        if mtp or g.is_attention(i):  # q is double width: query + output gate
             p += [(b + "attn_q.weight", (2 * g.n_head * g.head_dim, g.n_embd)),
                   (b + "attn_k.weight", (g.n_head_kv * g.head_dim, g.n_embd)),
                   (b + "attn_v.weight", (g.n_head_kv * g.head_dim, g.n_embd)),
@@ -79,12 +81,17 @@ def tensor_plan(g: Geometry, n_vocab: int, tied: bool = False) -> list[tuple[str
               (b + "ffn_gate_shexp.weight", (g.n_ff_shexp, g.n_embd)),
               (b + "ffn_up_shexp.weight", (g.n_ff_shexp, g.n_embd)),
               (b + "ffn_down_shexp.weight", (g.n_embd, g.n_ff_shexp))]
+        if mtp:
+            p += [(b + "nextn.eh_proj.weight", (g.n_embd, 2 * g.n_embd)), (b + "nextn.enorm.weight", (g.n_embd,)),
+                  (b + "nextn.hnorm.weight", (g.n_embd,)), (b + "nextn.shared_head_norm.weight", (g.n_embd,))]
     return p
 
 
 def add_hparams(w: gguf.GGUFWriter, g: Geometry, name: str) -> None:
     w.add_name(name)
-    w.add_block_count(g.n_layer)
+    w.add_block_count(g.n_layer + g.n_mtp)
+    if g.n_mtp:
+        w.add_uint32(f"{ARCH}.nextn_predict_layers", g.n_mtp)
     w.add_context_length(g.n_ctx)
     w.add_embedding_length(g.n_embd)
     w.add_head_count(g.n_head)
