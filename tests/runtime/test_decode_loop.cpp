@@ -5,6 +5,7 @@
 // runs: all drafts taken, some, none; one sequence and several in one batch.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -186,6 +187,84 @@ TEST_F(DecodeLoopTest, GreedyWithOracleDraftsEqualsWithout) {
       }
     }
   }
+}
+
+// Sampling: drafting must not change the distribution. 1200 seeds, 3 tokens each at temperature 1 (top-k 6), with
+// the oracle's drafts (the greedy path, which sampling leaves often: drafts are accepted and rejected) and without
+// drafting; the distribution of the (2nd, 3rd) token pair, the tokens drafts were offered for, is compared with a
+// chi-square homogeneity test at significance 1e-4 (so a correct loop fails about once in 10000 seed sets; the seeds
+// are fixed, so a run is reproducible). Cells with fewer than 10 pooled draws are merged.
+TEST_F(DecodeLoopTest, SampledDistributionWithDraftsEqualsWithout) {
+  const int64_t V = model_->info().n_vocab;
+  const std::vector<int32_t> prompt = prompts_[0];
+  auto run = [&](models::Model& m, DecodeLoop& loop, uint64_t seed, OracleDraft* oracle) {
+    SamplingParams sp;
+    sp.temperature = 1.0f;
+    sp.top_k = 6;
+    sp.top_p = 1.0f;
+    sp.min_p = 0;
+    sp.seed = seed;
+    Sampler smp(sp);
+    models::SequenceState st(m.backend(), m.state_shape(), 64, ops::KvType::kF16);
+    if (oracle) {
+      std::vector<int32_t> t = prompt;
+      t.insert(t.end(), want_[0].begin(), want_[0].end());
+      oracle->truth[&st] = t;
+    }
+    DecodeSeq d;
+    d.state = &st;
+    d.feed = prompt;
+    d.sample = true;
+    std::vector<DecodeSeq*> one = {&d};
+    std::vector<int32_t> out;
+    auto pick = [&](size_t, const float* logits, int32_t draft) {
+      const int32_t t = smp.sample(logits, V, draft);
+      smp.accept(t);
+      out.push_back(t);
+      if (out.size() >= 3) d.stopped = true;
+      return t;
+    };
+    while (out.size() < 3) {
+      loop.step(one, pick);
+      d.feed = {out.back()};
+    }
+    loop.forget(&st);
+    if (oracle) oracle->truth.erase(&st);
+    return out[1] * V + out[2];
+  };
+  OracleDraft oracle(*model_);
+  DraftOptions o;
+  o.max = 3;
+  o.adaptive = false;
+  DecodeLoop spec(oracle, o), plain(*model_, DraftOptions{});
+  std::map<int64_t, std::pair<int, int>> cells;
+  const int n = 1200;
+  for (int i = 0; i < n; ++i) {
+    cells[run(*model_, plain, 1000 + i, nullptr)].first++;
+    cells[run(oracle, spec, 900000 + i, &oracle)].second++;
+  }
+  EXPECT_GT(spec.stats().accepted, 0);
+  EXPECT_LT(spec.stats().accepted, spec.stats().drafted);
+  // Merge small cells, then chi-square for a 2 x K table.
+  std::vector<std::pair<int, int>> k;
+  std::pair<int, int> rest{0, 0};
+  for (const auto& [key, c] : cells) {
+    if (c.first + c.second >= 10) k.push_back(c);
+    else rest.first += c.first, rest.second += c.second;
+  }
+  if (rest.first + rest.second > 0) k.push_back(rest);
+  ASSERT_GE(k.size(), 3u) << "too few distinct outcomes to compare";
+  double chi2 = 0;
+  for (const auto& [a, b] : k) {
+    const double e = (a + b) / 2.0;  // equal arm sizes
+    chi2 += (a - e) * (a - e) / e + (b - e) * (b - e) / e;
+  }
+  const double df = static_cast<double>(k.size() - 1);
+  // Critical value at p = 1e-4 (Wilson-Hilferty: chi2_df ~ df (1 - 2/(9 df) + z sqrt(2/(9 df)))^3, z = 3.719).
+  const double crit = df * std::pow(1 - 2 / (9 * df) + 3.719 * std::sqrt(2 / (9 * df)), 3);
+  std::printf("[sampling] %zu cells, chi2 %.1f (critical %.1f at 1e-4), acceptance %.2f\n", k.size(), chi2, crit,
+              spec.stats().acceptance());
+  EXPECT_LT(chi2, crit) << "the distribution with drafting differs from without";
 }
 
 }  // namespace
