@@ -81,6 +81,9 @@ void print_text(const gguf::File& f, const gguf::ModelSummary& s) {
       if (gguf::block_index(t.name) >= first) bytes += t.n_bytes;
     std::printf("mtp:           %u block(s) from blk.%lld, %s; drafts for speculative decoding (--draft, --no-spec)\n",
                 s.n_layer_nextn, static_cast<long long>(first), human_bytes(bytes).c_str());
+    if (const gguf::Value* dv = f.find("tern.draft_vocab"); dv && dv->is_array())
+      std::printf("draft vocab:   %llu tokens (tern.draft_vocab: the draft head computes only these)\n",
+                  static_cast<unsigned long long>(dv->array_size()));
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "convert/convert.h"
 #include "core/fp16.h"
 #include "formats/gguf_writer.h"
 #include "models/qwen35moe/forward.h"
@@ -403,6 +404,57 @@ TEST(Mtp, MatchesTheReferenceForwardAndLlamaCpp) {
   }
 }
 
+// A quantized MTP block (tern convert --type q8_0 of the fixture's checkpoint, MTP kept) drafts the same tokens
+// mapped and repacked, and after repacking its shared LM head is the trunk's repacked one (not the file's pages the
+// repack gave back) and its eh_proj is repacked too.
+TEST(Mtp, RepackedDraftsAsMapped) {
+  const fs::path hf = fs::path(TERN_FIXTURES_DIR) / "hf" / "q35-mtp";
+  if (!fs::exists(hf)) GTEST_SKIP() << "no q35-mtp checkpoint";
+  convert::Options o;
+  o.input_dir = hf.string();
+  o.output = (fs::temp_directory_path() / ("q35-mtp_" + std::to_string(::getpid()) + ".q8_0.gguf")).string();
+  o.type = *convert::file_type_from_name("q8_0");
+  convert::run(o);
+  std::vector<std::vector<float>> logits;
+  std::vector<std::vector<int32_t>> drafts;
+  for (bool repack : {false, true}) {
+    auto m = Model::load(o.output);
+    ASSERT_TRUE(m->weights.has_mtp);
+    if (repack) {
+      m->repack(RepackScope::kAll);
+      EXPECT_TRUE(m->weights.mtp.head.repacked);
+      EXPECT_EQ(m->weights.mtp.head.data, m->weights.output.data) << "the draft head follows the trunk's";
+      EXPECT_TRUE(m->weights.mtp.eh_proj.repacked);
+    }
+    Forward fw(*m);
+    SequenceState st(*m->backend, state_shape(m->config), 64, ops::KvType::kF32);
+    std::vector<SeqInput> b = {{&st, {5, 9, 13, 2, 7, 30}, false}};
+    b[0].hidden = true;
+    const std::vector<float> last = fw.run(b);
+    const std::vector<float> h = fw.hidden();
+    const int64_t D = m->config.n_embd, V = m->config.n_vocab;
+    std::vector<models::DraftInput> d(1);
+    d[0].state = &st;
+    d[0].tokens = {9, 13, 2, 7, 30, runtime::argmax(last.data(), V)};
+    d[0].hidden = h;
+    std::vector<float> lg = fw.run_draft(d);
+    std::vector<int32_t> chain;
+    for (int s = 0; s < 3; ++s) {
+      chain.push_back(runtime::argmax(lg.data(), V));
+      d[0].tokens = {chain.back()};
+      d[0].hidden.assign(fw.hidden().end() - D, fw.hidden().end());
+      lg = fw.run_draft(d);
+    }
+    logits.push_back(lg);
+    drafts.push_back(chain);
+  }
+  EXPECT_EQ(drafts[0], drafts[1]);
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  for (size_t i = 0; i < logits[0].size(); ++i)  // repacked kernels: the same products, another summation order
+    EXPECT_NEAR(logits[0][i], logits[1][i], 1e-3 * (1 + std::fabs(logits[0][i]))) << i;
+  fs::remove(o.output);
+}
+
 // A model without an MTP block cannot draft: a clear error, no state touched.
 TEST(Mtp, DraftingWithoutTheBlockIsAnError) {
   auto m = Model::load((kModels / "q35-ratio.f16.gguf").string());
@@ -744,5 +796,73 @@ TEST(Fixtures, F32OfTheTransformersMadeArchitectures) {
     expect_greedy_matches_transformers(*model, kModels / preset / "ref_hf.json");
     expect_matches_llamacpp(*model, kModels / preset / "ref_llamacpp_f32.json", true, std::string(preset) + ".f32");
     fs::remove(dst);
+  }
+}
+
+// A draft vocabulary (metadata tern.draft_vocab, tools/add_draft_vocab.py): the draft head computes only those
+// tokens' logits, each equal to the full head's (the same rows, the same kernel), the others -inf, so the draft is
+// the best token of the subset. Bad ids are refused naming the key.
+TEST(Mtp, DraftVocabularyRestrictsTheHead) {
+  const fs::path src = kModels / "q35-mtp.bf16.gguf";
+  auto with_vocab = [&](const std::vector<int32_t>& ids, const std::string& tag) {
+    const fs::path dst = fs::temp_directory_path() / ("tern_dv_" + tag + std::to_string(::getpid()) + ".gguf");
+    const gguf::File f = gguf::File::open(src.string());
+    gguf::Writer w;
+    for (const gguf::Value& v : f.metadata())
+      if (v.key() != gguf::kAlignmentKey) w.add(std::string(v.key()), to_node(v));
+    w.add_array(models::qwen35moe::kDraftVocabKey, ids);
+    for (const gguf::TensorInfo& t : f.tensors())
+      w.add_tensor(std::string(t.name), t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
+                   std::span<const uint8_t>(t.data, t.n_bytes));
+    w.write(dst.string());
+    return dst;
+  };
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < 61; ++i) ids.push_back((i * 7 + 3) % 512);  // 61 distinct ids (padded to 64 rows)
+  const fs::path p = with_vocab(ids, "ok");
+  auto full = Model::load(src.string()), part = Model::load(p.string());
+  ASSERT_EQ(part->weights.mtp.vocab.size(), 64u);
+  const int64_t V = full->config.n_vocab;
+  std::vector<std::vector<float>> out;
+  for (Model* m : {full.get(), part.get()}) {
+    Forward fw(*m);
+    SequenceState st(*m->backend, state_shape(m->config), 64, ops::KvType::kF32);
+    std::vector<SeqInput> b = {{&st, {5, 9, 13, 2}, false}};
+    b[0].hidden = true;
+    fw.run(b);
+    std::vector<models::DraftInput> d(1);
+    d[0].state = &st;
+    d[0].tokens = {9, 13, 2, 40};
+    d[0].hidden = fw.hidden();
+    d[0].all_logits = true;
+    out.push_back(fw.run_draft(d));
+  }
+  std::vector<bool> in(static_cast<size_t>(V), false);
+  for (int32_t id : ids) in[static_cast<size_t>(id)] = true;
+  for (int64_t r = 0; r < 4; ++r) {
+    int32_t best = -1;
+    for (int64_t v = 0; v < V; ++v) {
+      const float a = out[0][r * V + v], b = out[1][r * V + v];
+      if (in[v]) {
+        EXPECT_EQ(a, b) << "row " << r << " token " << v;
+        if (best < 0 || a > out[0][r * V + best]) best = static_cast<int32_t>(v);
+      } else {
+        EXPECT_EQ(b, -INFINITY) << "row " << r << " token " << v;
+      }
+    }
+    EXPECT_EQ(runtime::argmax(out[1].data() + r * V, V), best);
+  }
+  fs::remove(p);
+  for (const auto& [bad, why] : std::vector<std::pair<std::vector<int32_t>, std::string>>{
+           {{3, 4, 3}, "repeated"}, {{3, 512}, "not a token id"}, {{-1}, "not a token id"}}) {
+    const fs::path q = with_vocab(bad, "bad");
+    try {
+      Model::load(q.string());
+      ADD_FAILURE() << "accepted " << why;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("tern.draft_vocab"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+    fs::remove(q);
   }
 }

@@ -1,5 +1,8 @@
 #include "models/qwen35moe/forward.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/profile.h"
@@ -87,7 +90,8 @@ const std::vector<float>& Forward::run(std::vector<SeqInput>& batch) {
   return head(model_.weights.output, model_.weights.output_norm.data(), n_rows, !hid_index_.empty());
 }
 
-const std::vector<float>& Forward::head(const Linear& w, const float* norm_w, int64_t n_rows, bool keep_hidden) {
+const std::vector<float>& Forward::head(const Linear& w, const float* norm_w, int64_t n_rows, bool keep_hidden,
+                                        const std::vector<int32_t>* vocab) {
   const int64_t D = c_.n_embd, V = c_.n_vocab;
   const int64_t n_out = static_cast<int64_t>(out_index_.size());
   const float* x = x_.grow<float>(be_, n_rows * D);
@@ -107,11 +111,20 @@ const std::vector<float>& Forward::head(const Linear& w, const float* norm_w, in
     hid_rows_.read(hidden_.data(), hidden_.size() * sizeof(float));
   }
   dump_("result_norm", -1, rows, {n_out, D});
-  float* logits = logits_dev_.grow<float>(be_, n_out * V);
+  const int64_t cols = vocab ? static_cast<int64_t>(vocab->size()) : V;
+  float* logits = logits_dev_.grow<float>(be_, n_out * cols);
   be_.matmul(w, rows, n_out, logits);
-  dump_("result_output", -1, logits, {n_out, V});
+  dump_("result_output", -1, logits, {n_out, cols});
   logits_.resize(static_cast<size_t>(n_out * V));
-  logits_dev_.read(logits_.data(), logits_.size() * sizeof(float));  // the host copy callers sample from
+  if (!vocab) {
+    logits_dev_.read(logits_.data(), logits_.size() * sizeof(float));  // the host copy callers sample from
+    return logits_;
+  }
+  sub_logits_.resize(static_cast<size_t>(n_out * cols));
+  logits_dev_.read(sub_logits_.data(), sub_logits_.size() * sizeof(float));
+  std::fill(logits_.begin(), logits_.end(), -INFINITY);
+  for (int64_t r = 0; r < n_out; ++r)
+    for (int64_t j = 0; j < cols; ++j) logits_[r * V + (*vocab)[j]] = sub_logits_[r * cols + j];
   return logits_;
 }
 
@@ -170,8 +183,9 @@ const std::vector<float>& Forward::run_draft(std::vector<DraftInput>& batch) {
     for (int64_t t = first; t < sg.n_tokens; ++t) out_index_.push_back(sg.row0 + t);
   }
   for (int64_t r = 0; r < n_rows; ++r) hid_index_.push_back(r);
-  TERN_PROFILE(prof_head, "mtp.head", m.head.bytes());
-  return head(m.head, m.head_norm.data(), n_rows, true);
+  const bool sub = m.head_sub.present();
+  TERN_PROFILE(prof_head, "mtp.head", sub ? m.head_sub.bytes() : m.head.bytes());
+  return sub ? head(m.head_sub, m.head_norm.data(), n_rows, true, &m.vocab) : head(m.head, m.head_norm.data(), n_rows, true);
 }
 
 }  // namespace tern::models::qwen35moe

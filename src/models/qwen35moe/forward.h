@@ -43,13 +43,16 @@ class Forward {
   TensorDump dump_;
   std::unique_ptr<ExpertStore> experts_;
   // Final norm of out_index_'s rows of x_ (all rows normed when `all_normed`), LM head `head`, logits to the host.
-  const std::vector<float>& head(const Linear& head, const float* norm_w, int64_t n_rows, bool keep_hidden);
+  // vocab: the head's rows are these token ids only (a draft vocabulary); the other logits are -inf.
+  const std::vector<float>& head(const Linear& head, const float* norm_w, int64_t n_rows, bool keep_hidden,
+                                 const std::vector<int32_t>* vocab = nullptr);
 
   Scratch x_, cur_, mix_, out_rows_, logits_dev_, normed_, hid_rows_, mtp_e_, mtp_h_, mtp_cat_;
   std::vector<int64_t> out_index_;  // host: batch rows that get logits
   std::vector<int64_t> hid_index_;  // host: batch rows whose hidden state is kept
   std::vector<float> logits_;       // host copy of the logits
   std::vector<float> hidden_;       // host copy of the kept hidden rows
+  std::vector<float> sub_logits_;   // host: logits over a draft vocabulary
   AttentionScratch attn_;
   DeltaNetScratch dn_;
   MoeScratch moe_;

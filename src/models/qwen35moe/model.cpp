@@ -69,6 +69,10 @@ WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool
     }
   }
   w.dense += repack_extra_bytes(f, c, repack);
+  // A draft vocabulary: the MTP head's copy of those rows (repacked with the rest).
+  const uint64_t dv = draft_vocab_bytes(f, c, repack);
+  w.dense += dv;
+  w.mtp += dv;
   return w;
 }
 

@@ -166,6 +166,47 @@ void load_moe(Loader& L, const Config& c, int64_t i, MoeWeights& m) {
   }
 }
 
+// The draft head's rows for tern.draft_vocab's ids, copied from the head's file bytes (its file layout: one row of
+// row_bytes per token) into backend memory; Model::repack repacks them with the rest.
+void load_draft_vocab(const gguf::File& f, const Config& c, const gguf::Value& v, MtpWeights& m, Weights& w,
+                      backend::Backend& be) {
+  if (!v.is_array() || v.array_size() == 0)
+    fail("%s: key '%s' must be a non-empty array of token ids", f.name().c_str(), kDraftVocabKey);
+  const uint64_t n = v.array_size();
+  if (n > static_cast<uint64_t>(c.n_vocab))
+    fail("%s: key '%s' has %llu ids, more than the vocabulary's %lld", f.name().c_str(), kDraftVocabKey,
+         static_cast<unsigned long long>(n), static_cast<long long>(c.n_vocab));
+  std::vector<bool> seen(static_cast<size_t>(c.n_vocab), false);
+  for (uint64_t i = 0; i < n; ++i) {
+    int64_t id;
+    try {
+      id = v.array_i64(i);
+    } catch (const Error& e) {
+      fail("%s: key '%s': %s", f.name().c_str(), kDraftVocabKey, e.what());
+    }
+    if (id < 0 || id >= c.n_vocab || seen[static_cast<size_t>(id)])
+      fail("%s: key '%s'[%llu] = %lld: %s", f.name().c_str(), kDraftVocabKey, static_cast<unsigned long long>(i),
+           static_cast<long long>(id), id < 0 || id >= c.n_vocab ? "not a token id" : "repeated");
+    seen[static_cast<size_t>(id)] = true;
+    m.vocab.push_back(static_cast<int32_t>(id));
+  }
+  while (m.vocab.size() % quant::kRepackRows) m.vocab.push_back(m.vocab.back());
+  const std::string name = m.own_head ? "nextn.shared_head_head.weight" : w.tied_output ? "token_embd.weight" : "output.weight";
+  const gguf::TensorInfo* t = f.find_tensor(m.own_head ? "blk." + std::to_string(c.n_layer) + "." + name : name);
+  if (!t) fail("internal: draft head tensor missing");
+  Linear sub = m.head;
+  auto buf = be.alloc(backend::BufferKind::kWeights, m.vocab.size() * sub.row_bytes);
+  for (size_t r = 0; r < m.vocab.size(); ++r)
+    buf->write(r * sub.row_bytes, t->data + static_cast<size_t>(m.vocab[r]) * sub.row_bytes, sub.row_bytes);
+  sub.data = buf->data();
+  sub.n_out = static_cast<int64_t>(m.vocab.size());
+  sub.name = name + " (draft vocabulary)";
+  m.head_sub = sub;
+  w.owned.push_back(std::move(buf));
+  log::info("%s: draft head restricted to %llu tokens of %lld (%s)", f.name().c_str(),
+            static_cast<unsigned long long>(n), static_cast<long long>(c.n_vocab), kDraftVocabKey);
+}
+
 void load_ffn(Loader& L, const Config& c, int64_t i, FfnWeights& f) {
   f.gate = L.linear(blk(i, "ffn_gate.weight"), {c.n_embd, c.n_ff});
   f.up = L.linear(blk(i, "ffn_up.weight"), {c.n_embd, c.n_ff});
@@ -205,11 +246,11 @@ Weights Weights::load(const gguf::File& f, const Config& c, backend::Backend& be
     m.hnorm = L.vec(blk(i, "nextn.hnorm.weight"), {c.n_embd});
     m.head_norm = L.has(blk(i, "nextn.shared_head_norm.weight")) ? L.vec(blk(i, "nextn.shared_head_norm.weight"), {c.n_embd})
                                                                  : w.output_norm;
-    m.embed = L.has(blk(i, "nextn.embed_tokens.weight")) ? L.linear(blk(i, "nextn.embed_tokens.weight"), {c.n_embd, c.n_vocab})
-                                                         : w.token_embd;
-    m.head = L.has(blk(i, "nextn.shared_head_head.weight"))
-                 ? L.linear(blk(i, "nextn.shared_head_head.weight"), {c.n_embd, c.n_vocab})
-                 : w.output;
+    m.own_embed = L.has(blk(i, "nextn.embed_tokens.weight"));
+    m.own_head = L.has(blk(i, "nextn.shared_head_head.weight"));
+    m.embed = m.own_embed ? L.linear(blk(i, "nextn.embed_tokens.weight"), {c.n_embd, c.n_vocab}) : w.token_embd;
+    m.head = m.own_head ? L.linear(blk(i, "nextn.shared_head_head.weight"), {c.n_embd, c.n_vocab}) : w.output;
+    if (const gguf::Value* v = f.find(kDraftVocabKey)) load_draft_vocab(f, c, *v, m, w, be);
   }
   w.unused = L.unused();
   if (!w.unused.empty()) {
@@ -235,7 +276,9 @@ bool is_expert_tensor(std::string_view name) { return name.find("_exps.") != std
 
 bool tensor_repacked(const gguf::TensorInfo& t, const Config& c, bool repack, bool repack_experts) {
   // Matrices of at least one 8-row group; a lone row (the shared expert's gate) stays as it is.
-  const bool matrix = t.ne[1] * t.ne[2] * t.ne[3] >= quant::kRepackRows && t.name != "token_embd.weight";
+  // Embedding tables are lookups, never repacked (the trunk's and an MTP block's own).
+  const bool matrix = t.ne[1] * t.ne[2] * t.ne[3] >= quant::kRepackRows && t.name != "token_embd.weight" &&
+                      !t.name.ends_with("nextn.embed_tokens.weight");
   const bool expert = is_expert_tensor(t.name);
   return repack && matrix && quant::has_repacked(t.type) && (!expert || (repack_experts && expert_rows_grouped(c)));
 }
@@ -250,6 +293,19 @@ uint64_t repack_extra_bytes(const gguf::File& f, const Config& c, bool repack) {
   if (!repack || f.find_tensor("output.weight")) return 0;
   const gguf::TensorInfo* e = f.find_tensor("token_embd.weight");
   return e && quant::has_repacked(e->type) ? quant::repacked_bytes(e->type, e->ne[1], e->ne[0]) : 0;
+}
+
+uint64_t draft_vocab_bytes(const gguf::File& f, const Config& c, bool repack) {
+  const gguf::Value* dv = c.n_nextn > 0 ? f.find(kDraftVocabKey) : nullptr;
+  const std::string own = "blk." + std::to_string(c.n_layer) + ".nextn.shared_head_head.weight";
+  const gguf::TensorInfo* head = f.find_tensor(own) ? f.find_tensor(own)
+                                 : f.find_tensor("output.weight") ? f.find_tensor("output.weight")
+                                                                  : f.find_tensor("token_embd.weight");
+  if (!dv || !dv->is_array() || !head || head->ne[1] <= 0) return 0;
+  const int64_t rows = (static_cast<int64_t>(dv->array_size()) + quant::kRepackRows - 1) / quant::kRepackRows *
+                       quant::kRepackRows;
+  return repack && quant::has_repacked(head->type) ? quant::repacked_bytes(head->type, rows, head->ne[0])
+                                                   : static_cast<uint64_t>(rows) * (head->n_bytes / head->ne[1]);
 }
 
 bool Model::expert_rows_grouped() const { return qwen35moe::expert_rows_grouped(config); }
@@ -282,6 +338,15 @@ RepackReport Model::repack(RepackScope scope) {
     one(weights.output, false);  // its own copy: the embedding lookup keeps reading the file layout
   } else {
     one(weights.output, true);
+  }
+  if (weights.has_mtp) {  // the MTP block's own matrices; a shared head follows the trunk's (now repacked) one
+    one(weights.mtp.eh_proj, true);
+    if (weights.mtp.own_head) one(weights.mtp.head, true);
+    else weights.mtp.head = weights.output;
+    const uint8_t* before = weights.mtp.head_sub.data;
+    one(weights.mtp.head_sub, false);  // its own buffer, freed once repacked
+    if (weights.mtp.head_sub.data != before)
+      std::erase_if(weights.owned, [&](const auto& b) { return b->data() == before; });
   }
   const bool experts = scope == RepackScope::kAll && qwen35moe::expert_rows_grouped(config);
   if (scope == RepackScope::kAll && !qwen35moe::expert_rows_grouped(config))

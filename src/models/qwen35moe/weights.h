@@ -38,7 +38,15 @@ struct MtpWeights {
   backend::Floats head_norm;     // [n_embd]: nextn.shared_head_norm, else the trunk's output_norm
   Linear embed;                  // nextn.embed_tokens, else the trunk's token_embd
   Linear head;                   // nextn.shared_head_head, else the trunk's output
+  bool own_embed = false, own_head = false;  // the file has the block's own; else it shares (and follows) the trunk's
+  // A cheaper draft head (optional, metadata key tern.draft_vocab: token ids, e.g. a corpus's most frequent): the
+  // head's rows for those ids only (padded to a multiple of 8 rows by repeating the last id), so a draft step's LM
+  // head reads vocab.size() rows instead of n_vocab; tokens outside it are never drafted (their logits -inf).
+  std::vector<int32_t> vocab;    // [rows of head_sub]
+  Linear head_sub;
 };
+
+inline constexpr const char* kDraftVocabKey = "tern.draft_vocab";
 
 struct Weights {
   Linear token_embd;         // {n_embd, n_vocab}
@@ -62,6 +70,8 @@ uint64_t resident_tensor_bytes(const gguf::TensorInfo& t, const Config& c, bool 
 // Extra bytes a repacked model holds beyond its tensors: the LM head's own repacked copy when it is tied to
 // the token embeddings (which stay in the file layout for the lookup).
 uint64_t repack_extra_bytes(const gguf::File& f, const Config& c, bool repack);
+// Bytes of the MTP head's draft-vocabulary rows (tern.draft_vocab), repacked or not; 0 without one.
+uint64_t draft_vocab_bytes(const gguf::File& f, const Config& c, bool repack);
 
 // One model: its backend, the mapped file, its config and weights.
 struct Model {
