@@ -164,7 +164,8 @@ void SequenceState::set_checkpoint_capacity(backend::Backend& be, int64_t k) {
 }
 
 void SequenceState::begin_forward(int64_t n) {
-  recording_ = has_recurrent_ && n >= 1 && n <= ckpt_cap_;
+  // One token: the only position it could return to is the one it reaches (a no-op), so nothing is kept.
+  recording_ = has_recurrent_ && n >= 2 && n <= ckpt_cap_;
   ckpt_base_ = n_past_;
   ckpt_n_ = recording_ ? n : 0;
 }

@@ -60,7 +60,7 @@ class SequenceState {
   StateSnapshot snapshot() const;
   void restore(const StateSnapshot& s);  // throws Error when the snapshot does not fit this state
 
-  // Checkpoints for speculative decoding. With capacity k > 0, a forward of 1..k tokens keeps the recurrent
+  // Checkpoints for speculative decoding. With capacity k > 0, a forward of 2..k tokens keeps the recurrent
   // states after each of its tokens (the model's blocks call begin_forward / checkpoint slots), so rollback(n) can
   // return to any position n from the first of those tokens to n_past. KV rows need no copy: rows past n_past are
   // never read and are overwritten by the next forward. A state without recurrent layers rolls back anywhere.

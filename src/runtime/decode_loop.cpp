@@ -27,7 +27,8 @@ double top_prob(const float* row, int64_t V, int32_t top) {
   return 1.0 / z;
 }
 
-constexpr size_t kMaxOwedRows = 64;  // at k = 0, kept tokens' draft rows are written in batches of this many
+constexpr size_t kProbeRows = 4;      // a probe after idle steps writes only the latest this many rows
+constexpr size_t kMaxOwedRows = 512;  // at k = 0, kept tokens' draft rows wait for the next probe, or this many
 
 }  // namespace
 
@@ -45,6 +46,8 @@ DecodeLoop::Track& DecodeLoop::track(models::SequenceState* st) {
     t = Track{};
     t.state = st;
     t.n_past = st->n_past();
+    t.accept_ema = accept_prior_;
+    t.probe_gap = gap_prior_;
     // A restored state brings its draft rows along (all true rows); the hidden state of its last position is not
     // known, so the next row pairs with zeros (one row of context fewer for the draft, nothing else).
     if (models::SequenceState* d = st->draft()) t.draft_true = d->n_past();
@@ -136,6 +139,9 @@ void DecodeLoop::step(std::vector<DecodeSeq*>& seqs, const Pick& pick) {
       stats_.drafted += k;
       stats_.accepted += a;
       if (k > 0) ema(t.accept_ema, static_cast<double>(a) / (a < k ? a + 1 : a));
+      if (t.probing) t.probe_gap = a > 0 ? 16 : std::min(256, 2 * t.probe_gap);  // back off while probes fail
+      accept_prior_ = t.accept_ema;
+      gap_prior_ = t.probe_gap;
       if (kept < n_fed) s.state->rollback(p0[b] + kept);
     }
     if (drafting()) {
@@ -145,8 +151,7 @@ void DecodeLoop::step(std::vector<DecodeSeq*>& seqs, const Pick& pick) {
       for (int64_t i = 0; i < kept; ++i) {
         const int64_t pos = p0[b] + i;
         if (pos == 0) continue;  // the first token of a sequence has no row
-        // Row of position pos: draft index pos - 1; the first kept token's row may exist (the last draft's start).
-        if (i == 0 && ds->n_past() + static_cast<int64_t>(t.owed_tok.size()) >= pos) continue;
+        if (i == 0 && t.row_ahead) continue;  // written by the last draft forward, as the chain's start
         t.owed_tok.push_back(in.tokens[static_cast<size_t>(i)]);
         if (i == 0 && t.h_prev.empty()) {  // after a prefix-cache restore the hidden state is not kept: zeros
           t.owed_h.resize(t.owed_h.size() + static_cast<size_t>(D_), 0.0f);
@@ -155,6 +160,7 @@ void DecodeLoop::step(std::vector<DecodeSeq*>& seqs, const Pick& pick) {
         const float* h = i == 0 ? t.h_prev.data() : H + (i - 1) * D_;
         t.owed_h.insert(t.owed_h.end(), h, h + D_);
       }
+      t.row_ahead = false;
       t.h_prev.assign(H + (kept - 1) * D_, H + kept * D_);
       hrow += n_fed;
       if (s.sample && !s.stopped && taken >= 0) {
@@ -178,9 +184,9 @@ void DecodeLoop::draft_next(std::vector<Track*>& todo, const std::vector<int32_t
   for (size_t i = 0; i < todo.size(); ++i) {
     Track& s = *todo[i];
     s.k = choose_k(s);
+    s.probing = false;
     if (s.k == 0) {
-      const int probe = 16;
-      if (++s.idle >= probe && o_.adaptive) s.k = 1, s.idle = 0;
+      if (++s.idle >= s.probe_gap && o_.adaptive) s.k = 1, s.idle = 0, s.probing = true;
     } else {
       s.idle = 0;
     }
@@ -191,6 +197,11 @@ void DecodeLoop::draft_next(std::vector<Track*>& todo, const std::vector<int32_t
       in.tokens = std::move(s.owed_tok);
       in.hidden = std::move(s.owed_h);
     } else {
+      if (s.probing && s.owed_tok.size() > kProbeRows) {  // after idle steps: only the latest rows (each row
+        const size_t drop = s.owed_tok.size() - kProbeRows;  // routes to its own experts: a long catch-up costs)
+        s.owed_tok.erase(s.owed_tok.begin(), s.owed_tok.begin() + static_cast<std::ptrdiff_t>(drop));
+        s.owed_h.erase(s.owed_h.begin(), s.owed_h.begin() + static_cast<std::ptrdiff_t>(drop * D_));
+      }
       in.tokens = std::move(s.owed_tok);
       in.hidden = std::move(s.owed_h);
       in.tokens.push_back(last[i]);
@@ -223,6 +234,7 @@ void DecodeLoop::draft_next(std::vector<Track*>& todo, const std::vector<int32_t
     owner[b]->draft_true = owner[b]->state->draft()->n_past();  // every row of this forward is a true one
     Track* s = chain[b];
     if (!s) continue;  // a flush at k = 0
+    s->row_ahead = true;
     const float* row = lg->data() + static_cast<int64_t>(b) * V_;
     const int32_t d = argmax(row, V_);
     if (o_.min_p > 0 && top_prob(row, V_, d) < o_.min_p) continue;

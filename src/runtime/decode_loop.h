@@ -73,6 +73,11 @@ class DecodeLoop {
   void step(std::vector<DecodeSeq*>& seqs, const Pick& pick);
 
   const DraftStats& stats() const { return stats_; }
+  // The tokens proposed for a sequence's next step (empty: none).
+  std::vector<int32_t> drafts(const models::SequenceState* st) const {
+    auto it = tracks_.find(st);
+    return it == tracks_.end() ? std::vector<int32_t>{} : it->second.drafts;
+  }
 
  private:
   struct Track {
@@ -85,6 +90,9 @@ class DecodeLoop {
     int64_t draft_true = 0;         // rows of the draft state made from true hidden states
     int k = 0;                      // draft length of this step
     int idle = 0;                   // steps at k = 0 since drafting was last tried
+    int probe_gap = 16;             // steps between probes at k = 0: doubles while probes take nothing (to 256)
+    bool probing = false;           // this step's drafts are a probe
+    bool row_ahead = false;         // the draft state already holds the row of the next feed's first token
     double accept_ema = 0.7;        // per-token acceptance, moving average
   };
   Track& track(models::SequenceState* st);
@@ -97,6 +105,8 @@ class DecodeLoop {
   DraftStats stats_;
   std::vector<double> t_verify_;  // [1 + max] seconds of a trunk forward of 1 + k tokens (moving average, 0: unknown)
   double t_draft_ = 0;            // seconds of one draft-block step
+  double accept_prior_ = 0.7;     // a new sequence's acceptance estimate: the last one measured
+  int gap_prior_ = 16;            // ... and its probe gap
   std::unordered_map<const models::SequenceState*, Track> tracks_;
   std::vector<models::SeqInput> batch_;
   std::vector<models::DraftInput> dbatch_;

@@ -152,6 +152,64 @@ TEST_F(DecodeLoopTest, GreedyWithTheFilesMtpBlockEqualsWithout) {
   EXPECT_GT(loop.stats().drafted, 100);
 }
 
+// The draft block's rows the loop writes step by step (catch-up rows with the trunk's true hidden states, chained
+// rows rolled back) must be the rows of the published definition over the kept sequence: after a drafted greedy
+// generation, the drafts the loop proposes next equal a fresh computation's (trunk over every kept token, one
+// draft forward over all (x_r, h_{r-1}) rows, then the chain).
+TEST_F(DecodeLoopTest, DraftRowsAreTheReferenceRows) {
+  DraftOptions o;
+  o.max = 3;
+  o.adaptive = false;
+  DecodeLoop loop(*model_, o);
+  auto st = make_states(*model_, 1);
+  const int64_t D = model_->info().n_embd, V = model_->info().n_vocab;
+  std::vector<int32_t> got;
+  DecodeSeq ds;
+  ds.state = st[0].get();
+  ds.feed = prompts_[1];
+  ds.sample = true;
+  std::vector<DecodeSeq*> one = {&ds};
+  while (got.size() < 17) {  // never stopped: the last step drafts too
+    loop.step(one, [&](size_t, const float* logits, int32_t) {
+      got.push_back(argmax(logits, V));
+      return got.back();
+    });
+    ds.feed = {got.back()};
+  }
+  const std::vector<int32_t> proposed = loop.drafts(st[0].get());
+  ASSERT_EQ(proposed.size(), 3u);
+  // Fresh: the trunk over the prompt and every taken token but the last (sampled, not yet fed), hidden states kept.
+  std::vector<int32_t> seq = prompts_[1];
+  seq.insert(seq.end(), got.begin(), got.end() - 1);
+  models::SequenceState fresh(model_->backend(), model_->state_shape(), 256, ops::KvType::kF16);
+  std::vector<models::SeqInput> b(1);
+  b[0].state = &fresh;
+  b[0].tokens = seq;
+  b[0].hidden = true;
+  model_->forward(b);
+  const std::vector<float> h = model_->hidden();
+  std::vector<models::DraftInput> d(1);
+  d[0].state = &fresh;
+  d[0].tokens.assign(seq.begin() + 1, seq.end());
+  d[0].tokens.push_back(got.back());
+  d[0].hidden = h;  // row r pairs token r + 1 with h_r
+  std::vector<int32_t> want;
+  const std::vector<float>* lg = &model_->forward_draft(d);
+  for (size_t s = 0; s < 3; ++s) {
+    want.push_back(argmax(lg->data(), V));
+    if (s == 2) break;
+    d[0].tokens = {want.back()};
+    d[0].hidden.assign(model_->hidden().end() - D, model_->hidden().end());
+    lg = &model_->forward_draft(d);
+  }
+  EXPECT_EQ(proposed, want);
+  // And the draft state itself: the same rows (positions, keys, values) as the fresh computation's.
+  const models::StateSnapshot a = st[0]->draft()->snapshot(), r = fresh.draft()->snapshot();
+  ASSERT_EQ(a.n_past, r.n_past);
+  EXPECT_EQ(a.k, r.k) << "draft-block keys differ from the reference rows";
+  EXPECT_EQ(a.v, r.v) << "draft-block values differ from the reference rows";
+}
+
 TEST_F(DecodeLoopTest, GreedyWithOracleDraftsEqualsWithout) {
   for (double corrupt : {0.0, 0.35, 1.0}) {
     for (bool batched : {false, true}) {
