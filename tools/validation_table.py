@@ -115,10 +115,14 @@ KV cache, as `tests/models/test_qwen35moe.cpp` does.
 `tools/make_dense_fixture.py` (Q8_0, Q4_0, Q4_K_M by llama-quantize; the Q4 references keep prompt lengths
 1/5/64/300 for the fixture budget) and have llama.cpp references only; `q35-next`
 holds q35-ratio's weights, so q35-ratio's transformers row is its reference too (tests/models: they agree to 3.8e-6).
-F32 files of next-tiny and dense-tiny are not committed (fixture budget): tests/models writes them at test time from
-the F16 files (exact: the weights are f16-representable) and checks them against transformers as above and against
-llama.cpp's logits on the same values (`tools/make_f32_refs.py`; prompt lengths 1/5/64/300; top-1 1.000, mean KL
-about 1e-9).
+F32 files of q35-ratio, next-tiny and dense-tiny are not committed (fixture budget): tests/models writes them at
+test time from the F16 files (exact: the weights are f16-representable; for q35-ratio tensor for tensor llama.cpp's
+own F32 conversion) and checks them against transformers as above and against llama.cpp's F32 logits on the same
+values (`ref_llamacpp_f32.json`: tools/make_fixtures.py, tools/make_f32_refs.py; top-1 1.000, mean KL about 1e-9).
+`q35-mtp` (BF16, 4 layers plus one multi-token-prediction block; `tools/make_mtp_fixture.py`) checks the trunk against
+transformers here; its MTP block is checked in tests/models against a PyTorch forward of the published definition
+(max |dlogit| < 1e-4 over the prompt rows and a 4-step draft chain) and against llama.cpp's own MTP draft graph on
+the same file (0.055, llama.cpp's BF16 activation rounding; 8e-6 on an F32 conversion), same argmax on every row.
 
 Quantized rows against transformers measure the quantization itself, not tern: the quantized test is the
 llama.cpp comparison (the two engines also round activations to Q8_0/Q8_K at different points).
