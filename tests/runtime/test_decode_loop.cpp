@@ -12,7 +12,10 @@
 #include "core/error.h"
 #include "models/registry.h"
 #include "runtime/decode_loop.h"
+#include "runtime/engine.h"
+#include "runtime/generate.h"
 #include "runtime/sampler.h"
+#include "text/gguf_vocab.h"
 
 namespace fs = std::filesystem;
 using namespace tern;
@@ -326,3 +329,38 @@ TEST_F(DecodeLoopTest, SampledDistributionWithDraftsEqualsWithout) {
 }
 
 }  // namespace
+
+// generate() (tern run, tern chat) with drafting on by default gives the tokens and text of --no-spec, for a prompt
+// longer than one forward's rows (fed in chunks of kMaxBatchRows) and a chat's second turn on the same sequence.
+TEST(Generate, DraftingEqualsNoSpecAcrossChunksAndTurns) {
+  if (!fs::exists(kModel)) GTEST_SKIP() << "missing " << kModel;
+  auto run = [&](bool spec) {
+    runtime::EngineOptions o;
+    o.model_path = kModel;
+    o.n_ctx = 1024;
+    o.threads = 1;
+    o.no_spec = !spec;
+    runtime::Engine e(o);
+    EXPECT_EQ(e.decoder().drafting(), spec);
+    const text::Tokenizer tok(text::tokenizer_data_from_gguf(e.model().file()));
+    auto seq = e.new_sequence();
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < static_cast<int>(kMaxBatchRows) + 90; ++i) prompt.push_back((i * 53 + 7) % 390 + 1);
+    SamplingParams sp;
+    sp.temperature = 0;
+    GenerateOptions g;
+    g.n_predict = 24;
+    g.ignore_eos = true;
+    std::vector<std::string> out;
+    for (int turn = 0; turn < 2; ++turn) {
+      Sampler s(sp);
+      const GenerateResult r = generate(e, *seq, tok, s, turn == 0 ? prompt : std::vector<int32_t>{5, 9, 13}, g, nullptr);
+      EXPECT_EQ(r.tokens.size(), 24u);
+      std::string ids;
+      for (int32_t t : r.tokens) ids += std::to_string(t) + " ";
+      out.push_back(ids + "| " + r.text);
+    }
+    return out;
+  };
+  EXPECT_EQ(run(true), run(false));
+}
