@@ -51,8 +51,10 @@ DecodeLoop::Track& DecodeLoop::track(models::SequenceState* st) {
     // A restored state brings its draft rows along (all true rows); the hidden state of its last position is not
     // known, so the next row pairs with zeros (one row of context fewer for the draft, nothing else).
     if (models::SequenceState* d = st->draft()) t.draft_true = d->n_past();
-    if (drafting() && st->checkpoint_capacity() < o_.max + 1) st->set_checkpoint_capacity(*st->backend(), o_.max + 1);
   }
+  // Checked every step: a new state may sit where a destroyed one was (tracks are keyed by address).
+  if (drafting() && st->checkpoint_capacity() < o_.max + 1) st->set_checkpoint_capacity(*st->backend(), o_.max + 1);
+  if (drafting() && !st->draft()) fail("decode loop: a sequence state without a draft state (made for another model?)");
   return t;
 }
 
