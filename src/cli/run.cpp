@@ -56,8 +56,8 @@ int run_token_mode(RunOptions& o) {
   runtime::DecodeSeq ds;
   ds.state = seq.get();
   std::vector<runtime::DecodeSeq*> one = {&ds};
-  auto pick = [&](size_t, const float* logits, int32_t draft) {
-    const int32_t tok = sampler.sample(logits, V, draft);
+  auto pick = [&](size_t, const float* logits, int32_t) {
+    const int32_t tok = sampler.sample(logits, V);
     sampler.accept(tok);
     out.push_back(tok);
     if (static_cast<int>(out.size()) >= o.gen.n_predict) ds.stopped = true;

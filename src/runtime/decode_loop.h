@@ -1,9 +1,9 @@
 // The one decode loop (tern run, tern chat, the server's scheduler, tern bench): per step, every sequence feeds
 // its new tokens (a prompt chunk, or the token it last sampled) plus the tokens its model's draft block proposed;
 // one forward verifies them all; each sampling sequence takes tokens row by row while they agree with the draft
-// (the caller samples each row, with the speculative rule when a draft token is on offer), the state steps back to
-// the tokens kept, and the draft block proposes the next ones. Without a draft block (or with drafting off) a step
-// is one forward of the new tokens and one sampled row, as before.
+// (the caller samples each row as it would without a draft; a draw equal to the draft token keeps it), the state
+// steps back to the tokens kept, and the draft block proposes the next ones. Without a draft block (or with
+// drafting off) a step is one forward of the new tokens and one sampled row, as before.
 //
 // Drafting (models with an MTP block): the draft block's state holds, for every position p >= 1 the trunk has
 // kept, a row (token p, trunk hidden state at p - 1). After a verify, the rows of the kept tokens are added with
@@ -15,7 +15,8 @@
 // the acceptance rate per drafted token (a moving average), and each step drafts the k (0..max) that maximises the
 // expected tokens per second, k = 0 included; at k = 0 it probes k = 1 every 16 steps so a rising acceptance is
 // seen. Greedy output is identical with drafting and without (the verify rows equal one-by-one decode bit for
-// bit; tests/runtime); sampled output has the same distribution (Sampler::sample with a draft token).
+// bit; tests/runtime); so is sampled output for a given seed, since the caller draws each kept token once, as
+// without drafting (for a deterministic draft this is the standard speculative-sampling rule: Sampler::sample).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -64,7 +65,7 @@ class DecodeLoop {
   void forget(const models::SequenceState* st) { tracks_.erase(st); }
 
   // The caller's choice for one row of one sequence: `logits` is the row, `draft` the token the draft proposes
-  // next (-1: none). Returns the token the sequence takes (sampled with the speculative rule when draft >= 0),
+  // next (-1: none). Returns the token the sequence takes (drawn from the row as without drafting),
   // having emitted it; sets s.stopped to take no further token. A token equal to `draft` accepts it.
   using Pick = std::function<int32_t(size_t seq, const float* logits, int32_t draft)>;
 

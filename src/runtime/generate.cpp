@@ -59,9 +59,9 @@ GenerateResult generate(Engine& engine, models::SequenceState& seq, const text::
   DecodeSeq ds;
   ds.state = &seq;
   std::vector<DecodeSeq*> one = {&ds};
-  // Each token the loop takes: sampled (with the speculative rule when a draft is on offer), then emitted.
-  auto pick = [&](size_t, const float* logits, int32_t draft) -> int32_t {
-    const int32_t tok_id = sampler.sample(logits, V, draft);
+  // Each token the loop takes: sampled (the loop keeps a draft token when the draw equals it), then emitted.
+  auto pick = [&](size_t, const float* logits, int32_t) -> int32_t {
+    const int32_t tok_id = sampler.sample(logits, V);
     sampler.accept(tok_id);
     res.tokens.push_back(tok_id);
     auto stop = [&](StopReason r) {

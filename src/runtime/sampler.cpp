@@ -43,9 +43,7 @@ void Sampler::reset() {
   rng_.seed(p_.seed);
 }
 
-int32_t Sampler::sample(const float* logits, int64_t n_vocab) { return sample(logits, n_vocab, -1); }
-
-int32_t Sampler::sample(const float* logits, int64_t n_vocab, int32_t draft) {
+int32_t Sampler::sample(const float* logits, int64_t n_vocab) {
   const bool penalize = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
   if (p_.greedy() && !penalize) return argmax(logits, n_vocab);
 
@@ -104,19 +102,6 @@ int32_t Sampler::sample(const float* logits, int64_t n_vocab, int32_t draft) {
   sum = 0;
   for (size_t i = 0; i < cand_.size(); ++i)
     sum += prob[i] = std::exp((static_cast<double>(cand_[i].first) - maxl) / p_.temperature);
-  if (draft >= 0) {
-    // Speculative sampling with a deterministic draft (q = 1 at `draft`): take it with probability p(draft), else
-    // draw from p without it. Each token then has exactly its probability p.
-    double pd = 0;
-    for (size_t i = 0; i < cand_.size(); ++i)
-      if (cand_[i].second == draft) {
-        pd = prob[i];
-        prob[i] = 0;
-      }
-    if (pd > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * sum < pd) return draft;
-    sum -= pd;
-    if (!(sum > 0)) return draft;  // nothing else has any probability
-  }
   std::uniform_real_distribution<double> uni(0.0, sum);
   double r = uni(rng_);
   for (size_t i = 0; i < cand_.size(); ++i) {

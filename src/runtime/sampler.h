@@ -30,10 +30,12 @@ class Sampler {
   explicit Sampler(const SamplingParams& p);
   // Picks the next token from logits [n_vocab] given the tokens so far (for penalties). Does not modify logits.
   int32_t sample(const float* logits, int64_t n_vocab);
-  // The same choice when a draft proposes `draft` (speculative decoding): greedy returns the argmax as always;
-  // otherwise the draft is taken with its probability under the sampling distribution p, and on rejection a token
-  // is drawn from p without it, so every token keeps exactly its probability p. draft < 0: as sample().
-  int32_t sample(const float* logits, int64_t n_vocab, int32_t draft);
+  // Speculative decoding calls this same draw on each verified row and keeps the draft token when the draw equals
+  // it. tern's drafts are deterministic (the draft block's top token: q = 1 at the draft), for which the standard
+  // rule (take the draft with probability min(1, p/q) = p(draft), else draw from p without it) is exactly "draw
+  // from p, take the draft if the draw is it": same acceptance probability, every token keeps its probability p.
+  // Drawing that way also spends the generator once per token taken, as decoding without a draft does, so a seed
+  // gives the same tokens with drafting and without (tests/runtime/test_decode_loop.cpp).
   void accept(int32_t token);  // records a token (prompt or generated) for penalties
   void reset();                // forget history, reseed
   const SamplingParams& params() const { return p_; }

@@ -282,7 +282,7 @@ void Scheduler::step(std::vector<Job*>& jobs) {
   const int64_t V = engine_.info().n_vocab;
   int64_t n_sampled = 0;
   std::vector<Job*> ended;  // finished by a token this step: their answers go to the prefix cache after the step
-  auto pick = [&](size_t i, const float* raw, int32_t draft) -> int32_t {
+  auto pick = [&](size_t i, const float* raw, int32_t) -> int32_t {
     Job& j = *owner[i];
     const float* row = raw;
     int32_t tok;
@@ -292,7 +292,7 @@ void Scheduler::step(std::vector<Job*>& jobs) {
         if (!j.json->mask(masked_.data(), V)) fail("constrained decoding: no token can continue the JSON answer");
         row = masked_.data();
       }
-      tok = j.sampler.sample(row, V, draft);
+      tok = j.sampler.sample(row, V);
       if (j.json && std::isinf(row[tok])) tok = runtime::argmax(row, V);  // never a masked token
     } catch (const std::exception& e) {
       finish(j, Finish::kError, e.what());
