@@ -46,6 +46,9 @@ inline void add_draft_options(CLI::App& app, runtime::EngineOptions& o) {
   app.add_option("--draft-min-p", o.draft_min_p,
                  "Stop a draft chain at a token whose draft probability is below this")->capture_default_str();
   app.add_flag("--no-spec", o.no_spec, "No speculative decoding (one token per forward)");
+  app.add_flag("--draft-fixed", o.draft_fixed,
+               "Draft the full --draft length every step instead of adapting it (measures acceptance as llama.cpp's "
+               "--spec-type draft-mtp does; can be slower)");
 }
 
 // The bundled model's path: next to the binary (<bin>/../models or <bin>/models), else the source tree it was

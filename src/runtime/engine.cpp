@@ -146,13 +146,17 @@ Engine::Engine(const EngineOptions& o) {
   DraftOptions d;
   d.min_p = o.draft_min_p;
   d.max = o.no_spec ? 0 : (o.draft >= 0 ? o.draft : kDefaultDraft);
-  d.adaptive = true;
+  d.adaptive = !o.draft_fixed;
   if (!model_->can_draft()) {
     if (o.draft > 0) log::warn("--draft %d: %s has no MTP block to draft with; decoding one token per forward", o.draft,
                                o.model_path.c_str());
     d.max = 0;
   } else if (d.max > 0) {
-    log::info("speculative decoding: the MTP block drafts up to %d tokens per step (adaptive; --draft N, --no-spec)", d.max);
+    if (d.adaptive)
+      log::info("speculative decoding: the MTP block drafts up to %d tokens per step (adaptive; --draft N, --no-spec)",
+                d.max);
+    else
+      log::info("speculative decoding: the MTP block drafts %d tokens every step (--draft-fixed)", d.max);
   } else {
     log::info("speculative decoding: off (%s)", o.no_spec ? "--no-spec" : "--draft 0");
   }

@@ -25,6 +25,7 @@ struct EngineOptions {
   int draft = -1;              // --draft N: most tokens the MTP block drafts per step (-1: 3 when the file has one)
   float draft_min_p = 0.0f;    // --draft-min-p P: a draft chain stops at a token below this probability
   bool no_spec = false;        // --no-spec: no speculative decoding
+  bool draft_fixed = false;    // --draft-fixed: draft the full length every step (no adaptation; for measuring)
   // Set by commands that hold several sequences or big batches (serve), for the memory plan.
   int n_parallel = 1;
   int64_t batch_rows = kMaxBatchRows;
