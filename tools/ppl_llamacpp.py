@@ -8,6 +8,11 @@ It also checks that llama.cpp and tern tokenize the file identically (tern's ids
 perplexity comparison over different token streams would mean nothing.
 
 usage: python tools/ppl_llamacpp.py -m MODEL.gguf -f TEXT [-c 256] [--tern build/tern] [-t 2] [--json OUT]
+                                   [--llama-perplexity PATH]
+
+--llama-perplexity PATH runs llama.cpp's own perplexity tool (bench/build_llamacpp.sh builds it) instead of the
+Python bindings, for machines without llama-cpp-python: same chunking and scoring; the token count it reports
+(chunks x n_ctx) is checked against `tern tokenize`'s, and the mean NLL is log(PPL).
 
 --json OUT merges the result into OUT under "llamacpp" (with the model's sha256, the text file and the token
 count), the fixture tests/shell/perplexity.sh compares `tern perplexity` against; the "transformers" entry of the
@@ -32,7 +37,10 @@ def main() -> int:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--tern", default="build/tern", help="tern binary, for the tokenization check ('' to skip)")
     ap.add_argument("--json", default="", help="merge the result into this JSON fixture")
+    ap.add_argument("--llama-perplexity", default="", help="llama.cpp's perplexity binary instead of the bindings")
     a = ap.parse_args()
+    if a.llama_perplexity:
+        return run_tool(a)
 
     from llama_cpp import Llama
     import llama_cpp
@@ -86,6 +94,44 @@ def main() -> int:
     if a.json:
         merge_fixture(a.json, a.model, a.file, n_ctx, len(tokens), "llamacpp",
                       {"ppl": ppl, "mean_nll": mean, "n_scored": count, "version": llama_cpp.__version__})
+    return 0
+
+
+def run_tool(a):
+    """The same figure from llama.cpp's llama-perplexity binary (no BOS for vocabularies that do not add one)."""
+    import re
+    p = subprocess.run([a.llama_perplexity, "-m", a.model, "-f", a.file, "-c", str(a.ctx), "-b", str(a.ctx),
+                        "-t", str(a.threads)], capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", out)
+    c = re.search(r"calculating perplexity over (\d+) chunks, n_ctx=(\d+)", out)
+    if p.returncode != 0 or not m or not c:
+        print(out[-3000:])
+        print("llama-perplexity failed or printed no final estimate")
+        return 1
+    n_chunk, n_ctx = int(c.group(1)), int(c.group(2))
+    if n_ctx != a.ctx:
+        print(f"llama-perplexity used n_ctx {n_ctx}, asked {a.ctx}")
+        return 1
+    n_tokens = None
+    if a.tern:
+        text = open(a.file, encoding="utf-8").read()
+        n_tokens = len(subprocess.run([a.tern, "tokenize", "-m", a.model, "-p", text], capture_output=True,
+                                      text=True, check=True).stdout.split())
+        if n_tokens // n_ctx != n_chunk:
+            print(f"tern tokenizes into {n_tokens} tokens ({n_tokens // n_ctx} chunks); llama.cpp made {n_chunk}")
+            return 1
+    ppl = float(m.group(1))
+    count = n_chunk * (n_ctx - 1 - n_ctx // 2)
+    print(f"Final estimate: PPL = {ppl:.4f} +/- {m.group(2)}  (llama.cpp's llama-perplexity, {n_chunk} chunks of "
+          f"{n_ctx}, mean NLL {math.log(ppl):.4f} nats/token)")
+    if a.json:
+        if n_tokens is None:
+            print("--json needs the token count from --tern")
+            return 1
+        merge_fixture(a.json, a.model, a.file, n_ctx, n_tokens, "llamacpp",
+                      {"ppl": ppl, "mean_nll": math.log(ppl), "n_scored": count,
+                       "version": "0.3.36 (llama-perplexity, vendor/llama.cpp)"})
     return 0
 
 
