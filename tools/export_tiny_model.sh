@@ -8,7 +8,8 @@
 #   OUTTYPE   f16 (default), q8_0, f32, bf16
 # env: LCP_DIR  where the sdist is downloaded/unpacked (default /tmp/lcp)
 #
-# The tiny model has no multi-token-prediction head, hence --no-mtp.
+# The multi-token-prediction block (mtp.* tensors, config mtp_num_hidden_layers) is kept when the checkpoint has one;
+# a checkpoint without it is converted with --no-mtp.
 # Our tokenizer is new, so the converter's hash table of known pre-tokenizers cannot name it; it uses the Qwen3.5
 # split regex, so the wrapper below answers "qwen35" when (and only when) the converter's own lookup fails.
 set -euo pipefail
@@ -29,7 +30,13 @@ fi
 [[ -f "$conv_dir/convert_hf_to_gguf.py" ]] || { echo "export: no convert_hf_to_gguf.py in $conv_dir" >&2; exit 1; }
 echo "export: converter $conv_dir"
 
-CONV_DIR="$conv_dir" OMP_NUM_THREADS=1 python - "$hf_dir" --outfile "$out" --outtype "$outtype" --no-mtp <<'EOF'
+mtp_flag=--no-mtp
+if python -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get("mtp_num_hidden_layers", 0) > 0 else 1)' \
+    "$hf_dir/config.json"; then
+  mtp_flag=
+  echo "export: keeping the MTP block"
+fi
+CONV_DIR="$conv_dir" OMP_NUM_THREADS=1 python - "$hf_dir" --outfile "$out" --outtype "$outtype" $mtp_flag <<'EOF'
 import os, runpy, sys
 conv = os.environ["CONV_DIR"]
 sys.path.insert(0, conv)

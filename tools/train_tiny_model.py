@@ -146,6 +146,7 @@ def make_config(args, tok):
                          "mrope_section": sec, "mrope_interleaved": True},
         eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tok.convert_tokens_to_ids(DOC_SEP),
         bos_token_id=None, full_attention_interval=4, initializer_range=0.02)
+    cfg.mtp_num_hidden_layers = 1 if args.mtp_weight > 0 else 0  # what Qwen3.5 checkpoints carry; the converter reads it
     return cfg
 
 
@@ -158,6 +159,153 @@ def make_model(args, tok):
         for layer in model.model.layers:
             layer.mlp.gate.weight.normal_(0.0, 0.02)
     return model
+
+
+class MtpBlock:
+    """The multi-token-prediction block of Qwen3.5 / Qwen3-Next, trained with the trunk (the objective of the
+    reference implementations, DeepSeek-V3's MTP as Qwen3-Next adopted it): for position t the block takes the
+    trunk's final-normed hidden state h_t and the embedding of token t+1,
+
+        x = fc(cat([pre_fc_norm_embedding(embed(x_{t+1})), pre_fc_norm_hidden(h_t)]))
+        g = norm(decoder_layer(x))            # one full-attention decoder layer, causal over the MTP rows
+        logits = lm_head(g)                   # the trunk's head
+
+    and is trained with cross-entropy against token t+2. Row t sits at RoPE position t+1 (tools/fixturelib/mtp_ref.py
+    has the same convention; tern's tests check tern against it). Built as torch modules so the optimiser sees them;
+    saved under the checkpoint names real Qwen3.5 checkpoints use (mtp.*, per-expert keys)."""
+
+    def __init__(self, cfg):
+        import torch
+        from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeDecoderLayer, Qwen3_5MoeRMSNorm
+        h = cfg.hidden_size
+        self.cfg = cfg
+        self.mod = torch.nn.ModuleDict({
+            "pre_fc_norm_embedding": Qwen3_5MoeRMSNorm(h, eps=cfg.rms_norm_eps),
+            "pre_fc_norm_hidden": Qwen3_5MoeRMSNorm(h, eps=cfg.rms_norm_eps),
+            "fc": torch.nn.Linear(2 * h, h, bias=False),
+            "layer": Qwen3_5MoeDecoderLayer(cfg, cfg.layer_types.index("full_attention")),
+            "norm": Qwen3_5MoeRMSNorm(h, eps=cfg.rms_norm_eps)})
+        with torch.no_grad():
+            for name, p in self.mod.named_parameters():
+                if p.ndim >= 2:
+                    p.normal_(0.0, cfg.initializer_range)
+        self.router_logits = []
+        self.mod["layer"].mlp.gate.register_forward_hook(lambda m, i, o: self.router_logits.append(o[0]))
+
+    def forward(self, model, h, next_tokens):
+        """h [B, n, H] (trunk rows 0..n-1), next_tokens [B, n] (tokens 1..n) -> g [B, n, H] (MTP output, normed)."""
+        import torch
+        n = h.shape[1]
+        e = model.model.embed_tokens(next_tokens)
+        x = self.mod["fc"](torch.cat([self.mod["pre_fc_norm_embedding"](e), self.mod["pre_fc_norm_hidden"](h)], -1))
+        pos = torch.arange(1, n + 1)[None]
+        cos_sin = model.model.rotary_emb(x, pos)
+        mask = torch.full((n, n), float("-inf")).triu(1)[None, None]
+        self.router_logits = []
+        x = self.mod["layer"](x, position_embeddings=cos_sin, attention_mask=mask, position_ids=pos)
+        return self.mod["norm"](x)
+
+    def aux_loss(self):
+        from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import load_balancing_loss_func
+        return load_balancing_loss_func(tuple(self.router_logits), self.cfg.num_experts, self.cfg.num_experts_per_tok)
+
+    def checkpoint_tensors(self):
+        """The mtp.* tensors with a Qwen3.5 checkpoint's names (experts unfused as save_pretrained writes them)."""
+        sd = {}
+        for k, v in self.mod.state_dict().items():
+            v = v.detach().float().contiguous()
+            if k.startswith("layer.mlp.experts."):
+                continue
+            sd["mtp." + k.replace("layer.", "layers.0.", 1)] = v
+        ex = self.mod["layer"].mlp.experts
+        f = self.cfg.moe_intermediate_size
+        for e in range(self.cfg.num_experts):
+            base = f"mtp.layers.0.mlp.experts.{e}."
+            sd[base + "gate_proj.weight"] = ex.gate_up_proj[e, :f].detach().float().contiguous()
+            sd[base + "up_proj.weight"] = ex.gate_up_proj[e, f:].detach().float().contiguous()
+            sd[base + "down_proj.weight"] = ex.down_proj[e].detach().float().contiguous()
+        return sd
+
+
+def mtp_loss(model, mtp, h, x):
+    """Cross-entropy of the MTP rows of a batch x [B, L+1] given the trunk's normed hiddens h [B, L, H]: row t
+    (t = 0..L-2) sees h_t and token x_{t+1} and predicts x_{t+2}. Returns (loss, logits)."""
+    import torch
+    g = mtp.forward(model, h[:, :-1], x[:, 1:-1])
+    logits = model.lm_head(g)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 2:].reshape(-1))
+    return loss, logits
+
+
+def init_from_gguf(model, gguf_path, args):
+    """Load the trunk weights of an exported GGUF (llama.cpp's converter output, any float type) back into `model`.
+
+    The inverse of the converter is not written by hand: a copy of the model whose every weight element holds its
+    own global index (exact in float32 below 2^24) is exported with the same converter to F32, so each GGUF element
+    says which checkpoint element it came from (V-head reorders, QKV/Z splits, expert stacking, conv squeeze). Two
+    element-wise maps are inverted by name: RMSNorm weights are stored as 1 + w (all but ssm_norm) and A_log as
+    ssm_a = -exp(A_log) (A_log gets the smallest indices, stored as log(index)). Every checkpoint element must be
+    covered exactly once."""
+    import subprocess
+    import torch
+    from gguf import GGUFReader
+    prov_dir = os.path.join(args.work, "provenance")
+    params = dict(model.named_parameters())
+    offsets, total = {}, 0
+    with torch.no_grad():
+        saved = {n: p.detach().clone() for n, p in params.items()}
+        # A_log first: its provenance goes through -exp(), exact only for small indices
+        for n in sorted(params, key=lambda n: not n.endswith("A_log")):
+            p = params[n]
+            offsets[n] = total
+            ids = torch.arange(total + 1, total + 1 + p.numel(), dtype=torch.float64).reshape(p.shape)
+            p.copy_((ids.log() if n.endswith("A_log") else ids).float())
+            total += p.numel()
+        assert total + 1 < 2 ** 24
+        if not os.path.exists(os.path.join(prov_dir, "prov.gguf")):
+            model.config.architectures = ["Qwen3_5MoeForCausalLM"]
+            mtp_layers = model.config.mtp_num_hidden_layers
+            model.config.mtp_num_hidden_layers = 0
+            model.save_pretrained(prov_dir, safe_serialization=True)
+            model.config.mtp_num_hidden_layers = mtp_layers
+            for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+                src = os.path.join(args.work, "hf", f)
+                if os.path.exists(src):
+                    with open(src, "rb") as a, open(os.path.join(prov_dir, f), "wb") as b:
+                        b.write(a.read())
+            subprocess.run(["bash", os.path.join(REPO, "tools", "export_tiny_model.sh"), prov_dir,
+                            os.path.join(prov_dir, "prov.gguf"), "f32"], check=True)
+        for n, p in params.items():
+            p.copy_(saved[n])
+    prov = {t.name: np.asarray(t.data) for t in GGUFReader(os.path.join(prov_dir, "prov.gguf")).tensors}
+    src = {t.name: t for t in GGUFReader(gguf_path).tensors}
+    flat = np.full(total + 1, np.nan, dtype=np.float64)
+    hits = np.zeros(total + 1, dtype=np.int64)
+    from gguf import dequantize
+    for name, pv in prov.items():
+        if name not in src:
+            sys.exit(f"init: {gguf_path} has no tensor {name}")
+        t = src[name]
+        val = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(pv.shape)
+        pv = pv.astype(np.float64)
+        if name.endswith("ssm_a"):  # provenance -exp(log(index)) = -index (A_log indices are the smallest)
+            idx = np.rint(-pv).astype(np.int64)
+            val = np.log(-val)
+        elif "norm" in name and "ssm_norm" not in name:
+            idx = np.rint(pv - 1).astype(np.int64)
+            val = val - 1.0
+        else:
+            idx = np.rint(pv).astype(np.int64)
+        flat[idx.ravel()] = val.ravel()
+        np.add.at(hits, idx.ravel(), 1)
+    if hits[1:].min() != 1 or hits[1:].max() != 1:
+        sys.exit(f"init: provenance covers {np.count_nonzero(hits[1:])} of {total} elements "
+                 f"(max hits {hits.max()}); the converter map is not a bijection")
+    with torch.no_grad():
+        for n, p in params.items():
+            o = offsets[n]
+            p.copy_(torch.from_numpy(flat[o + 1:o + 1 + p.numel()]).reshape(p.shape).float())
+    print(f"init: {total:,} trunk weights from {gguf_path}", flush=True)
 
 
 def batches(data, seq, batch, rng):
@@ -173,20 +321,34 @@ def eval_windows(data, seq, n):
     return np.stack([data[i * step:i * step + seq + 1] for i in range(n)]).astype(np.int64)
 
 
-def evaluate(model, windows, bs=8):
+def evaluate(model, windows, bs=8, mtp=None):
+    """Held-out mean cross-entropy of the trunk; with an MTP block also (mtp_loss, mtp_top1, mtp_agree): the MTP
+    rows' cross-entropy against token t+2, how often their argmax is token t+2, and how often it equals the trunk's
+    own argmax at row t+1 (what greedy speculative decoding accepts at one drafted token)."""
     import torch
     model.eval()
-    total, count = 0.0, 0
+    total, count, m_total, m_top1, m_agree, m_count = 0.0, 0, 0.0, 0, 0, 0
     with torch.no_grad():
         for i in range(0, len(windows), bs):
             x = torch.from_numpy(windows[i:i + bs])
-            logits = model(input_ids=x[:, :-1]).logits
+            h = model.model(input_ids=x[:, :-1]).last_hidden_state
+            logits = model.lm_head(h)
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1),
                                                      reduction="sum")
             total += loss.item()
             count += x[:, 1:].numel()
+            if mtp is not None:
+                ml, mlog = mtp_loss(model, mtp, h, x)
+                n = x[:, 2:].numel()
+                m_total += ml.item() * n
+                pred = mlog.argmax(-1)
+                m_top1 += (pred == x[:, 2:]).sum().item()
+                m_agree += (pred == logits[:, 1:].argmax(-1)).sum().item()
+                m_count += n
     model.train()
-    return total / count
+    if mtp is None:
+        return total / count
+    return total / count, m_total / m_count, m_top1 / m_count, m_agree / m_count
 
 
 def lr_at(step, args):
@@ -203,19 +365,43 @@ def stage_train(args):
     train = np.fromfile(os.path.join(args.work, "train.u16"), dtype=np.uint16)
     held = eval_windows(np.fromfile(os.path.join(args.work, "eval.u16"), dtype=np.uint16), args.seq, args.eval_windows)
     model = make_model(args, tok)
+    if args.init_gguf:
+        init_from_gguf(model, args.init_gguf, args)
+    mtp = MtpBlock(model.config) if args.mtp_weight > 0 else None
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"params {n_params:,}; train tokens {len(train):,}; tokens/step {args.batch * args.seq}", flush=True)
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "norm" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "norm" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    n_mtp = sum(p.numel() for p in mtp.mod.parameters()) if mtp else 0
+    print(f"params {n_params:,} (+{n_mtp:,} MTP); train tokens {len(train):,}; tokens/step {args.batch * args.seq}",
+          flush=True)
+
+    def groups(named, mult):
+        named = list(named)
+        decay = [p for n, p in named if p.ndim >= 2 and "norm" not in n]
+        no_decay = [p for n, p in named if not (p.ndim >= 2 and "norm" not in n)]
+        return [{"params": decay, "weight_decay": args.wd, "mult": mult},
+                {"params": no_decay, "weight_decay": 0.0, "mult": mult}]
+    pg = groups(model.named_parameters(), 1.0)
+    if mtp:
+        pg += groups(mtp.mod.named_parameters(), args.mtp_lr_mult)
+    opt = torch.optim.AdamW(pg, lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    all_params = list(model.parameters()) + (list(mtp.mod.parameters()) if mtp else [])
     rng = np.random.default_rng(args.seed)
     step, elapsed0 = 0, 0.0
     ckpt_path = os.path.join(args.work, "ckpt.pt")
     log_path = os.path.join(args.work, "log.csv")
+    header = ["step", "tokens", "seconds", "lr", "train_loss", "eval_loss", "mtp_train_loss", "mtp_eval_loss",
+              "mtp_top1", "mtp_agree"]
+
+    def eval_row():
+        if mtp is None:
+            return [f"{evaluate(model, held):.4f}", "", "", ""]
+        ev, ml, t1, ag = evaluate(model, held, mtp=mtp)
+        mtp.mod.train()
+        return [f"{ev:.4f}", f"{ml:.4f}", f"{t1:.4f}", f"{ag:.4f}"]
     if args.resume and os.path.exists(ckpt_path):
         ck = torch.load(ckpt_path, weights_only=False)
         model.load_state_dict(ck["model"])
+        if mtp:
+            mtp.mod.load_state_dict(ck["mtp"])
         opt.load_state_dict(ck["opt"])
         rng.bit_generator.state = ck["rng"]
         torch.set_rng_state(ck["torch_rng"])
@@ -223,22 +409,37 @@ def stage_train(args):
         print(f"resumed at step {step}", flush=True)
     else:
         with open(log_path, "w", newline="") as f:
-            csv.writer(f).writerow(["step", "tokens", "seconds", "lr", "train_loss", "eval_loss"])
+            csv.writer(f).writerow(header)
+        ev = eval_row()  # the starting point (a warm start's "before")
+        with open(log_path, "a", newline="") as f:
+            csv.writer(f).writerow([0, 0, 0.0, "", "", ev[0], "", ev[1], ev[2], ev[3]])
+        print(f"step 0 eval {ev}", flush=True)
     gen = batches(train, args.seq, args.batch, rng)
     model.train()
+    if mtp:
+        mtp.mod.train()
     t0 = time.time()
-    run_loss, run_n = 0.0, 0
+    run_loss, run_mtp, run_n = 0.0, 0.0, 0
     while step < args.steps:
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, args)
+            g["lr"] = lr_at(step, args) * g["mult"]
         x = torch.from_numpy(next(gen))
-        out = model(input_ids=x[:, :-1])
-        logits = out.logits
+        out = model.model(input_ids=x[:, :-1], output_router_logits=args.aux_loss > 0)
+        h = out.last_hidden_state
+        logits = model.lm_head(h)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
-        total = loss + (args.aux_loss * out.aux_loss if getattr(out, "aux_loss", None) is not None else 0.0)
+        total = loss
+        if args.aux_loss > 0:
+            from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import load_balancing_loss_func
+            total = total + args.aux_loss * load_balancing_loss_func(
+                out.router_logits, model.config.num_experts, model.config.num_experts_per_tok)
+        if mtp:
+            ml, _ = mtp_loss(model, mtp, h, x)
+            total = total + args.mtp_weight * (ml + args.aux_loss * mtp.aux_loss())
+            run_mtp += ml.item()
         opt.zero_grad(set_to_none=True)
         total.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(all_params, 1.0)
         opt.step()
         step += 1
         run_loss += loss.item()
@@ -246,31 +447,40 @@ def stage_train(args):
         secs = elapsed0 + time.time() - t0
         last = step == args.steps or (args.max_minutes and secs > args.max_minutes * 60)
         if step % args.log_every == 0 or last:
-            ev = evaluate(model, held) if (step % args.eval_every == 0 or last) else ""
+            ev = eval_row() if (step % args.eval_every == 0 or last) else ["", "", "", ""]
             row = [step, step * args.batch * args.seq, round(secs, 1), f"{lr_at(step - 1, args):.3e}",
-                   f"{run_loss / run_n:.4f}", f"{ev:.4f}" if ev != "" else ""]
+                   f"{run_loss / run_n:.4f}", ev[0], f"{run_mtp / run_n:.4f}" if mtp else "", ev[1], ev[2], ev[3]]
             with open(log_path, "a", newline="") as f:
                 csv.writer(f).writerow(row)
             tps = step * args.batch * args.seq / max(secs, 1e-9)
-            print(f"step {step} loss {run_loss / run_n:.4f} eval {row[5]} {secs:.0f}s {tps:.0f} tok/s", flush=True)
-            run_loss, run_n = 0.0, 0
+            print(f"step {step} loss {run_loss / run_n:.4f} mtp {run_mtp / run_n:.4f} eval {ev} {secs:.0f}s "
+                  f"{tps:.0f} tok/s", flush=True)
+            run_loss, run_mtp, run_n = 0.0, 0.0, 0
         if step % args.ckpt_every == 0 or last:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "rng": rng.bit_generator.state,
+            torch.save({"model": model.state_dict(), "mtp": mtp.mod.state_dict() if mtp else None,
+                        "opt": opt.state_dict(), "rng": rng.bit_generator.state,
                         "torch_rng": torch.get_rng_state(), "step": step, "elapsed": secs, "args": vars(args)},
                        ckpt_path + ".tmp")
             os.replace(ckpt_path + ".tmp", ckpt_path)
         if last:
             break
-    save_hf(model, args)
+    save_hf(model, args, mtp)
     plot(log_path, os.path.join(REPO, "models", "tern-tiny-loss.png"))
 
 
-def save_hf(model, args):
+def save_hf(model, args, mtp=None):
+    from safetensors.torch import load_file, save_file
     out = os.path.join(args.work, "hf")
     model.config.architectures = ["Qwen3_5MoeForCausalLM"]
     model.config.output_router_logits = False
+    model.config.mtp_num_hidden_layers = 1 if mtp else 0
     model.save_pretrained(out, safe_serialization=True)
-    print(f"saved HF model -> {out}", flush=True)
+    if mtp:  # the mtp.* tensors go into the same file, as in Qwen3.5 checkpoints (transformers ignores them)
+        path = os.path.join(out, "model.safetensors")
+        sd = load_file(path)
+        sd.update(mtp.checkpoint_tensors())
+        save_file(sd, path, metadata={"format": "pt"})
+    print(f"saved HF model -> {out}" + (" (with the MTP block)" if mtp else ""), flush=True)
 
 
 def plot(log_path, png):
@@ -278,12 +488,15 @@ def plot(log_path, png):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     rows = list(csv.DictReader(open(log_path)))
-    tr = [(int(r["tokens"]) / 1e6, float(r["train_loss"])) for r in rows]
+    tr = [(int(r["tokens"]) / 1e6, float(r["train_loss"])) for r in rows if r["train_loss"]]
     ev = [(int(r["tokens"]) / 1e6, float(r["eval_loss"])) for r in rows if r["eval_loss"]]
+    mev = [(int(r["tokens"]) / 1e6, float(r["mtp_eval_loss"])) for r in rows if r.get("mtp_eval_loss")]
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=80)
     ax.plot(*zip(*tr), label="train (mean over log interval)", lw=1)
     if ev:
         ax.plot(*zip(*ev), "o-", label="held-out", ms=3)
+    if mev:
+        ax.plot(*zip(*mev), "s-", label="MTP block, held-out (token t+2)", ms=3)
     ax.set_xlabel("tokens seen (millions)")
     ax.set_ylabel("cross-entropy (nats/token)")
     ax.set_title("tern-tiny-q35moe training")
@@ -405,6 +618,10 @@ def main():
     ap.add_argument("--eval-windows", type=int, default=16)
     ap.add_argument("--ckpt-every", type=int, default=25)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--init-gguf", default="", help="train: start from the trunk weights of this exported GGUF")
+    ap.add_argument("--mtp-weight", type=float, default=0.3,
+                    help="weight of the MTP block's loss (0: no MTP block); DeepSeek-V3 used 0.3 then 0.1")
+    ap.add_argument("--mtp-lr-mult", type=float, default=3.0, help="LR multiplier for the MTP block's parameters")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 leaves the other core to builds)")
     ap.add_argument("--ppl-file", default=os.path.join(REPO, "models", "tern-tiny-heldout.txt"),
                     help="eval: text for the llama.cpp-style perplexity")
