@@ -27,8 +27,8 @@ double top_prob(const float* row, int64_t V, int32_t top) {
   return 1.0 / z;
 }
 
+constexpr double kMargin = 1.03;       // drafting is chosen when it promises at least 3% more tokens per second
 constexpr size_t kProbeRows = 4;      // a probe after idle steps writes only the latest this many rows
-constexpr size_t kMaxOwedRows = 512;  // at k = 0, kept tokens' draft rows wait for the next probe, or this many
 
 }  // namespace
 
@@ -67,14 +67,21 @@ int DecodeLoop::choose_k(const Track& s) const {
   // Expected tokens per step at per-token acceptance a with k drafts: 1 + a + ... + a^k.
   const double a = std::clamp(s.accept_ema, 0.0, 0.999);
   if (t_verify_[0] <= 0) return 0;    // measure a plain decode step first
-  if (t_draft_ <= 0) return cap;       // then a drafting one
+  if (t_draft_ <= 0) return 1;         // then the cheapest drafting one
+  // A length not measured yet is priced on the line through the plain step and the longest measured verify
+  // (+10% a token when none is: the bandwidth-bound guess).
+  int m = 0;
+  for (int k = 1; k <= o_.max; ++k)
+    if (t_verify_[k] > 0) m = k;
+  const double slope = m > 0 ? std::max(0.0, (t_verify_[m] - t_verify_[0]) / m) : 0.1 * t_verify_[0];
   int best = 0;
   double best_rate = 0;
   for (int k = 0; k <= cap; ++k) {
-    const double tv = t_verify_[k] > 0 ? t_verify_[k] : t_verify_[0] * (1.0 + 0.1 * k);
+    const double tv = t_verify_[k] > 0 ? t_verify_[k] : t_verify_[0] + slope * k;
     const double tokens = (1.0 - std::pow(a, k + 1)) / (1.0 - a);
     const double rate = tokens / (tv + k * t_draft_);
-    if (rate > best_rate) best_rate = rate, best = k;
+    // Drafting must beat the plain step by kMargin: a gain inside the timing noise is not worth its risk.
+    if (rate > best_rate * (k > 0 && best == 0 ? kMargin : 1.0)) best_rate = rate, best = k;
   }
   return best;
 }
@@ -141,7 +148,9 @@ void DecodeLoop::step(std::vector<DecodeSeq*>& seqs, const Pick& pick) {
       stats_.drafted += k;
       stats_.accepted += a;
       if (k > 0) ema(t.accept_ema, static_cast<double>(a) / (a < k ? a + 1 : a));
-      if (t.probing) t.probe_gap = a > 0 ? 16 : std::min(256, 2 * t.probe_gap);  // back off while probes fail
+      // After a probe: probe again soon if drafting now pays; otherwise back off (to 256 steps), whether the probe
+      // took nothing or took tokens at an acceptance that still does not pay for the verify and draft costs.
+      if (t.probing) t.probe_gap = choose_k(t) > 0 ? 16 : std::min(256, 2 * t.probe_gap);
       accept_prior_ = t.accept_ema;
       gap_prior_ = t.probe_gap;
       if (kept < n_fed) s.state->rollback(p0[b] + kept);
@@ -178,10 +187,10 @@ void DecodeLoop::step(std::vector<DecodeSeq*>& seqs, const Pick& pick) {
 }
 
 void DecodeLoop::draft_next(std::vector<Track*>& todo, const std::vector<int32_t>& last) {
-  // First draft forward: every sequence's owed rows plus (last sampled token, hidden of the last kept position);
-  // sequences at k = 0 only write their owed rows once they pile up.
+  // First draft forward: every drafting sequence's owed rows plus (last sampled token, hidden of the last kept
+  // position); a sequence at k = 0 writes nothing and keeps only its latest kProbeRows rows for its next probe.
   dbatch_.clear();
-  std::vector<Track*> owner, chain;  // per draft row: its sequence; the same when it drafts, else null
+  std::vector<Track*> chain;  // per draft row: its sequence
   std::vector<int> want;
   for (size_t i = 0; i < todo.size(); ++i) {
     Track& s = *todo[i];
@@ -194,26 +203,25 @@ void DecodeLoop::draft_next(std::vector<Track*>& todo, const std::vector<int32_t
     }
     models::DraftInput in;
     in.state = s.state;
-    if (s.k == 0) {
-      if (s.owed_tok.size() < kMaxOwedRows) continue;
-      in.tokens = std::move(s.owed_tok);
-      in.hidden = std::move(s.owed_h);
-    } else {
-      if (s.probing && s.owed_tok.size() > kProbeRows) {  // after idle steps: only the latest rows (each row
-        const size_t drop = s.owed_tok.size() - kProbeRows;  // routes to its own experts: a long catch-up costs)
+    if (s.k == 0 || s.probing) {
+      // Idle (or a probe after idle steps): only the latest kProbeRows rows are kept for the next probe to write.
+      // Writing every row would run the draft block over every token, a cost drafting is off to avoid (each row
+      // routes to its own experts); the draft's context just has a gap there.
+      if (s.owed_tok.size() > kProbeRows) {
+        const size_t drop = s.owed_tok.size() - kProbeRows;
         s.owed_tok.erase(s.owed_tok.begin(), s.owed_tok.begin() + static_cast<std::ptrdiff_t>(drop));
         s.owed_h.erase(s.owed_h.begin(), s.owed_h.begin() + static_cast<std::ptrdiff_t>(drop * D_));
       }
-      in.tokens = std::move(s.owed_tok);
-      in.hidden = std::move(s.owed_h);
-      in.tokens.push_back(last[i]);
-      in.hidden.insert(in.hidden.end(), s.h_prev.begin(), s.h_prev.end());
+      if (s.k == 0) continue;
     }
+    in.tokens = std::move(s.owed_tok);
+    in.hidden = std::move(s.owed_h);
+    in.tokens.push_back(last[i]);
+    in.hidden.insert(in.hidden.end(), s.h_prev.begin(), s.h_prev.end());
     s.owed_tok.clear();
     s.owed_h.clear();
     dbatch_.push_back(std::move(in));
-    owner.push_back(&s);
-    chain.push_back(s.k > 0 ? &s : nullptr);
+    chain.push_back(&s);
     want.push_back(s.k);
   }
   if (dbatch_.empty()) return;
@@ -233,9 +241,8 @@ void DecodeLoop::draft_next(std::vector<Track*>& todo, const std::vector<int32_t
   // Take the first drafted token of each chaining sequence.
   std::vector<int32_t> next(dbatch_.size(), -1);
   for (size_t b = 0; b < dbatch_.size(); ++b) {
-    owner[b]->draft_true = owner[b]->state->draft()->n_past();  // every row of this forward is a true one
     Track* s = chain[b];
-    if (!s) continue;  // a flush at k = 0
+    s->draft_true = s->state->draft()->n_past();  // every row of this forward is a true one
     s->row_ahead = true;
     const float* row = lg->data() + static_cast<int64_t>(b) * V_;
     const int32_t d = argmax(row, V_);
@@ -249,7 +256,7 @@ void DecodeLoop::draft_next(std::vector<Track*>& todo, const std::vector<int32_t
     std::vector<size_t> from;
     for (size_t b = 0; b < chain.size(); ++b) {
       Track* s = chain[b];
-      if (!s || next[b] < 0 || static_cast<int>(s->drafts.size()) >= want[b]) continue;
+      if (next[b] < 0 || static_cast<int>(s->drafts.size()) >= want[b]) continue;
       models::DraftInput in;
       in.state = s->state;
       in.tokens = {next[b]};
