@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "core/log.h"
 #include "runtime/generate.h"
 
@@ -232,8 +233,21 @@ void Scheduler::start(Job& j) {
 void Scheduler::snapshot_answer(Job& j) {
   if (!cache_.enabled()) return;
   SequenceState& st = *states_[j.slot];
-  const int64_t n_prompt = static_cast<int64_t>(j.req.prompt.size()), n_gen = st.n_past() - n_prompt;
+  const int64_t n_prompt = static_cast<int64_t>(j.req.prompt.size());
+  int64_t n_gen = st.n_past() - n_prompt;
   if (n_gen <= 0 || n_gen > static_cast<int64_t>(j.c->tokens_.size())) return;
+  // Without drafting a sequence ends holding every answer token but the last (sampled, never fed); with drafting
+  // the last one is in the state too when it was an accepted draft. Step back to where a sequence without drafting
+  // ends, so what is cached (and where a follow-up resumes) does not depend on the drafts.
+  if (n_gen == static_cast<int64_t>(j.c->tokens_.size())) {
+    try {
+      st.rollback(st.n_past() - 1);
+      --n_gen;
+    } catch (const Error&) {
+      // no checkpoint of that position (not a verify forward): cache what the state holds
+    }
+    if (n_gen <= 0) return;
+  }
   std::vector<int32_t> key = j.req.prompt;
   key.insert(key.end(), j.c->tokens_.begin(), j.c->tokens_.begin() + n_gen);
   cache_.insert(key, st);
