@@ -305,7 +305,7 @@ class KernelTest : public testing::TestWithParam<Param> {
 // over <= 261 terms: bound ~ n*eps = 1.6e-5 worst case, far less in practice).
 TEST_P(KernelTest, MatchesRef) {
   for (int64_t n_in : n_in_cases(type_))
-    for (int64_t n_tok : {1, 3, 8, 17}) {
+    for (int64_t n_tok : {1, 2, 3, 8, 17}) {
       SCOPED_TRACE("n_in " + std::to_string(n_in) + " n_tok " + std::to_string(n_tok));
       const int64_t n_out = 13, ldy = n_out + 3;
       const Problem p = make_problem(type_, n_out, n_in, n_tok, 1000 + static_cast<uint32_t>(n_in * 31 + n_tok));
@@ -330,8 +330,9 @@ TEST_P(KernelTest, MatchesRef) {
     }
 }
 
-// Determinism: a token's outputs are bit-identical alone (n_tok = 1), in a batch of 17, for any split of the
-// output rows, and through matmul at 1, 2 and 3 threads.
+// Determinism: a token's outputs are bit-identical alone (n_tok = 1), in pairs (n_tok = 2: kernels may take two
+// rows at once for one or two tokens), in a batch of 17, for any split of the output rows (odd splits leave single
+// rows), and through matmul at 1, 2 and 3 threads.
 TEST_P(KernelTest, DeterministicAcrossBatchRowsAndThreads) {
   const int64_t n_in = is_float(type_) ? 100 : 2 * traits(type_).block_size * (traits(type_).block_size == 32 ? 4 : 1);
   const int64_t n_out = 37, n_tok = 17;
@@ -342,6 +343,15 @@ TEST_P(KernelTest, DeterministicAcrossBatchRowsAndThreads) {
     gemm(type_, p.w.data(), p.w_stride, &p.xq[t * p.x_stride], p.x_stride, n_in, 0, 5, 1, one.data(), n_out, isa_);
     gemm(type_, p.w.data(), p.w_stride, &p.xq[t * p.x_stride], p.x_stride, n_in, 5, n_out, 1, one.data(), n_out, isa_);
     for (int64_t i = 0; i < n_out; ++i) ASSERT_EQ(bits(one[i]), bits(batch[t * n_out + i])) << "t " << t << " row " << i;
+  }
+  for (int64_t t = 0; t + 1 < n_tok; t += 2) {
+    std::vector<float> two(2 * n_out, kGuard);
+    gemm(type_, p.w.data(), p.w_stride, &p.xq[t * p.x_stride], p.x_stride, n_in, 0, 6, 2, two.data(), n_out, isa_);
+    gemm(type_, p.w.data(), p.w_stride, &p.xq[t * p.x_stride], p.x_stride, n_in, 6, 11, 2, two.data(), n_out, isa_);
+    gemm(type_, p.w.data(), p.w_stride, &p.xq[t * p.x_stride], p.x_stride, n_in, 11, n_out, 2, two.data(), n_out,
+         isa_);
+    for (int64_t k = 0; k < 2 * n_out; ++k)
+      ASSERT_EQ(bits(two[k]), bits(batch[t * n_out + k])) << "pair at t " << t << ", element " << k;
   }
   const int saved = n_threads();
   for (int threads : {1, 2, 3}) {

@@ -67,6 +67,49 @@ struct FloatRow {
       *out[t] = s;
     }
   }
+  // Rows r and r + 1 (at wrow and wrow + stride) for NT <= 2 tokens: out[t][0] and out[t][1]. Per element the same
+  // sequence as row(); each activation vector is loaded once for both rows.
+  template <int NT>
+  static void row2(const uint8_t* wrow, size_t stride, const uint8_t* const* xr, int64_t n, float* const* out) {
+    const auto* w = reinterpret_cast<const typename L::T*>(wrow);
+    const auto* v = reinterpret_cast<const typename L::T*>(wrow + stride);
+    const float* x[NT];
+    __m256 a0[NT], a1[NT], b0[NT], b1[NT];
+    for (int t = 0; t < NT; ++t) {
+      x[t] = reinterpret_cast<const float*>(xr[t]);
+      a0[t] = _mm256_setzero_ps(), a1[t] = _mm256_setzero_ps();
+      b0[t] = _mm256_setzero_ps(), b1[t] = _mm256_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m256 w0 = L::load(w + i), w1 = L::load(w + i + 8);
+      const __m256 v0 = L::load(v + i), v1 = L::load(v + i + 8);
+      for (int t = 0; t < NT; ++t) {
+        const __m256 x0 = _mm256_loadu_ps(x[t] + i), x1 = _mm256_loadu_ps(x[t] + i + 8);
+        a0[t] = _mm256_fmadd_ps(w0, x0, a0[t]);
+        a1[t] = _mm256_fmadd_ps(w1, x1, a1[t]);
+        b0[t] = _mm256_fmadd_ps(v0, x0, b0[t]);
+        b1[t] = _mm256_fmadd_ps(v1, x1, b1[t]);
+      }
+    }
+    if (i + 8 <= n) {
+      const __m256 w0 = L::load(w + i), v0 = L::load(v + i);
+      for (int t = 0; t < NT; ++t) {
+        const __m256 x0 = _mm256_loadu_ps(x[t] + i);
+        a0[t] = _mm256_fmadd_ps(w0, x0, a0[t]);
+        b0[t] = _mm256_fmadd_ps(v0, x0, b0[t]);
+      }
+      i += 8;
+    }
+    for (int t = 0; t < NT; ++t) {
+      float s = hsum_tree(_mm256_add_ps(a0[t], a1[t]));
+      for (int64_t j = i; j < n; ++j) s += L::one(w + j) * x[t][j];
+      float r = hsum_tree(_mm256_add_ps(b0[t], b1[t]));
+      for (int64_t j = i; j < n; ++j) r += L::one(v + j) * x[t][j];
+      out[t][0] = s;
+      out[t][1] = r;
+    }
+  }
 };
 
 // ---- activation quantizer primitives (same bytes as amax_ref / scale_round_ref) ----

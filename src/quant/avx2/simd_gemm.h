@@ -4,6 +4,7 @@
 // float order each kernel follows). Everything here has internal linkage: each ISA's unit keeps its own copy.
 // Element order inside a 32-byte vector is the element order of ggml's dequantize_row_* for that chunk.
 #pragma once
+#include <type_traits>
 #include <immintrin.h>
 
 #include <cstdint>
@@ -277,10 +278,32 @@ struct KQuant {
 
 // Rows outer (one weight row stays in L1 while every token tile reads it), tiles of kTokTile tokens inner.
 // Every (row, token) element runs the same instruction sequence whatever the tile it falls in.
+// Kernels with a row2<NT>(w, w_stride, x, n, out) compute rows i and i + 1 in one pass (out[t][0], out[t][1]) when
+// one or two tokens are given (decode, a speculative verify of one draft): each activation load then serves two
+// rows. Each element still runs row()'s instruction sequence, so results do not depend on which path ran.
+template <class K, class = void>
+struct HasRow2 : std::false_type {};
+template <class K>
+struct HasRow2<K, std::void_t<decltype(&K::template row2<1>)>> : std::true_type {};
+
 template <class K>
 void drive(const GemmArgs& a) {
   for (int64_t i = a.row_begin; i < a.row_end; ++i) {
     const uint8_t* wr = static_cast<const uint8_t*>(a.w) + i * a.w_stride;
+    if constexpr (HasRow2<K>::value) {
+      if (a.n_tok <= 2 && i + 1 < a.row_end) {
+        const uint8_t* xr[2];
+        float* out[2];
+        for (int k = 0; k < a.n_tok; ++k) {
+          xr[k] = static_cast<const uint8_t*>(a.x) + (a.x_rows ? a.x_rows[k] : k) * a.x_stride;
+          out[k] = a.y + k * a.ldy + (i - a.y_col0);
+        }
+        if (a.n_tok == 1) K::template row2<1>(wr, a.w_stride, xr, a.n_in, out);
+        else K::template row2<2>(wr, a.w_stride, xr, a.n_in, out);
+        ++i;
+        continue;
+      }
+    }
     for (int64_t t0 = 0; t0 < a.n_tok; t0 += kTokTile) {
       const int nt = a.n_tok - t0 < kTokTile ? static_cast<int>(a.n_tok - t0) : kTokTile;
       const uint8_t* xr[kTokTile];
