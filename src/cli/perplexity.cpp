@@ -67,6 +67,16 @@ static RunFn setup_perplexity(CLI::App& app) {
     const bool keep_rows = !o->kl_base.empty() || !o->kl_base_out.empty();
     std::vector<float> lps(static_cast<size_t>(keep_rows ? V : 0));
     if (!o->kl_base_out.empty()) {
+      // The base is built in memory and written at the end (a GGUF needs its sizes up front): 4 bytes per
+      // vocabulary entry per scored position, so a large vocabulary needs --chunks.
+      constexpr double kMaxBaseBytes = 8.0 * (1ull << 30);
+      const double bytes = 4.0 * static_cast<double>(n_chunk) * static_cast<double>(n_ctx - 1 - first) * V;
+      if (bytes > kMaxBaseBytes)
+        fail("--kl-base-out: %lld chunks x %lld positions x %lld vocabulary entries = %.1f GiB of log-probabilities, "
+             "more than the 8 GiB tern builds in memory; use --chunks %lld or fewer",
+             static_cast<long long>(n_chunk), static_cast<long long>(n_ctx - 1 - first), static_cast<long long>(V),
+             bytes / (1ull << 30),
+             static_cast<long long>(kMaxBaseBytes / (4.0 * static_cast<double>(n_ctx - 1 - first) * V)));
       base.n_ctx = n_ctx;
       base.first = first;
       base.n_vocab = V;

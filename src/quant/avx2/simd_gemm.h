@@ -286,24 +286,42 @@ struct HasRow2 : std::false_type {};
 template <class K>
 struct HasRow2<K, std::void_t<decltype(&K::template row2<1>)>> : std::true_type {};
 
+// Up to kTokTile tokens (decode, a speculative verify, small batches): one tile, whose activation and output
+// pointers are set up once for all rows instead of per row (short rows made that setup a large share).
+template <class K, int NT>
+void drive_one_tile(const GemmArgs& a) {
+  const uint8_t* xr[NT];
+  float* y0[NT];
+  for (int k = 0; k < NT; ++k) {
+    xr[k] = static_cast<const uint8_t*>(a.x) + (a.x_rows ? a.x_rows[k] : k) * a.x_stride;
+    y0[k] = a.y + k * a.ldy - a.y_col0;
+  }
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  float* out[NT];
+  int64_t i = a.row_begin;
+  if constexpr (HasRow2<K>::value && NT <= 2) {
+    for (; i + 1 < a.row_end; i += 2) {
+      for (int k = 0; k < NT; ++k) out[k] = y0[k] + i;
+      K::template row2<NT>(w + i * a.w_stride, a.w_stride, xr, a.n_in, out);
+    }
+  }
+  for (; i < a.row_end; ++i) {
+    for (int k = 0; k < NT; ++k) out[k] = y0[k] + i;
+    K::template row<NT>(w + i * a.w_stride, xr, a.n_in, out);
+  }
+}
+
 template <class K>
 void drive(const GemmArgs& a) {
+  switch (a.n_tok) {
+    case 1: return drive_one_tile<K, 1>(a);
+    case 2: return drive_one_tile<K, 2>(a);
+    case 3: return drive_one_tile<K, 3>(a);
+    case 4: return drive_one_tile<K, 4>(a);
+    default: break;
+  }
   for (int64_t i = a.row_begin; i < a.row_end; ++i) {
     const uint8_t* wr = static_cast<const uint8_t*>(a.w) + i * a.w_stride;
-    if constexpr (HasRow2<K>::value) {
-      if (a.n_tok <= 2 && i + 1 < a.row_end) {
-        const uint8_t* xr[2];
-        float* out[2];
-        for (int k = 0; k < a.n_tok; ++k) {
-          xr[k] = static_cast<const uint8_t*>(a.x) + (a.x_rows ? a.x_rows[k] : k) * a.x_stride;
-          out[k] = a.y + k * a.ldy + (i - a.y_col0);
-        }
-        if (a.n_tok == 1) K::template row2<1>(wr, a.w_stride, xr, a.n_in, out);
-        else K::template row2<2>(wr, a.w_stride, xr, a.n_in, out);
-        ++i;
-        continue;
-      }
-    }
     for (int64_t t0 = 0; t0 < a.n_tok; t0 += kTokTile) {
       const int nt = a.n_tok - t0 < kTokTile ? static_cast<int>(a.n_tok - t0) : kTokTile;
       const uint8_t* xr[kTokTile];
