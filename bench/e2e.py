@@ -53,20 +53,21 @@ def model_path(args, n_layer, qtype):
     return os.path.join(args.out, f"q35-{'small' if args.small else 'real'}-{n_layer}l.{qtype}.gguf")
 
 
-def find_llama(args):
-    """name -> path of the llama.cpp tools: from --llama-bin, else from bench/build_llamacpp.sh (builds once)."""
+def find_llama(args, names=LLAMA_TOOLS):
+    """name -> path of the llama.cpp tools `names` (checked executable): from --llama-bin, else from
+    bench/build_llamacpp.sh (builds once). Also used by bench/spec_bundled.py and tools/record_spec_acceptance.py."""
     if args.llama_bin:
-        tools = {t: os.path.join(args.llama_bin, t) for t in LLAMA_TOOLS}
+        tools = {t: os.path.join(args.llama_bin, t) for t in names}
     else:
         r = subprocess.run(["bash", os.path.join(ROOT, "bench", "build_llamacpp.sh")], stdout=subprocess.PIPE,
                            text=True)
         if r.returncode != 0:
             sys.exit("error: bench/build_llamacpp.sh failed")
         tools = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
-    for t in LLAMA_TOOLS:
+    for t in names:
         if not os.access(tools.get(t, ""), os.X_OK):
             sys.exit(f"error: {t} not found ({tools.get(t)}); build it: bash bench/build_llamacpp.sh")
-    info = os.path.join(os.path.dirname(os.path.dirname(tools["llama-bench"])), "..", "build-info.txt")
+    info = os.path.join(os.path.dirname(os.path.dirname(tools[names[0]])), "..", "build-info.txt")
     tools["build_info"] = open(info).read().strip() if os.path.exists(info) else ""
     return tools
 

@@ -43,13 +43,11 @@ import sys
 import time
 import urllib.request
 
+from e2e import find_llama, log
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 GEN_RE = re.compile(r"generation: (\d+) tokens in ([0-9.]+) s \(([0-9.]+) tok/s\)")
 SPEC_RE = re.compile(r"speculative decoding: (\d+) steps, (\d+) drafted, (\d+) accepted")
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
 
 
 def loadavg():
@@ -85,7 +83,7 @@ class LlamaServer:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        cmd = [os.path.join(args.llama_bin, "llama-server"), "-m", args.model, "-t", str(args.threads), "-tb",
+        cmd = [args.llama_server, "-m", args.model, "-t", str(args.threads), "-tb",
                str(args.threads), "-c", "4096", "-np", "1", "--port", str(self.port), "--host", "127.0.0.1",
                "--no-webui"]
         cmd += extra
@@ -144,10 +142,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench", "spec"))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    if not args.llama_bin:
-        paths = subprocess.run(["bash", os.path.join(ROOT, "bench", "build_llamacpp.sh")], capture_output=True,
-                               text=True, check=True).stdout
-        args.llama_bin = dict(ln.split("=", 1) for ln in paths.split())["bin"]
+    args.llama_server = find_llama(args, ("llama-server",))["llama-server"]
     ps = prompts(os.path.join(ROOT, "models", "tern-tiny-heldout.txt"), args.prompts, args.prompt_words)
     temps = [float(x) for x in args.temps.split(",")]
     configs = ["tern --no-spec", "tern k=1", "tern adaptive", "llama.cpp", "llama.cpp k=1", "llama.cpp draft-mtp"]

@@ -16,11 +16,11 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+from e2e import find_llama  # noqa: E402
 from spec_bundled import LlamaServer, prompts  # noqa: E402
 
 
@@ -36,10 +36,7 @@ def main():
     args = ap.parse_args()
     args.out = os.path.join(ROOT, "out", "spec-record")
     os.makedirs(args.out, exist_ok=True)
-    if not args.llama_bin:
-        paths = subprocess.run(["bash", os.path.join(ROOT, "bench", "build_llamacpp.sh")], capture_output=True,
-                               text=True, check=True).stdout
-        args.llama_bin = dict(ln.split("=", 1) for ln in paths.split())["bin"]
+    args.llama_server = find_llama(args, ("llama-server",))["llama-server"]
     ps = prompts(os.path.join(ROOT, "models", "tern-tiny-heldout.txt"), args.prompts, args.prompt_words)
     flags = ["--spec-type", "draft-mtp", "--spec-draft-n-max", "1", "--spec-draft-p-min", "0"]
     srv = LlamaServer(args, "record", flags)
