@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "templates"
 
 # name -> (template file). Provenance in tests/fixtures/templates/README.md.
-TEMPLATES = ["qwen3.5-0.8b.jinja", "qwen3.6-patched.jinja", "glm-4.6.jinja", "glm-5.3.jinja"]
+TEMPLATES = ["qwen3.5-0.8b.jinja", "qwen3.6-patched.jinja", "glm-4.6.jinja", "glm-4.7.jinja", "glm-5.3.jinja"]
 
 
 def render_case(tpl, case):

@@ -21,7 +21,7 @@ const char* stop_reason_name(StopReason r) {
 
 std::vector<int32_t> end_of_generation_ids(const text::Tokenizer& tok) {
   std::vector<int32_t> ids;
-  for (int32_t id : {tok.eos_id(), tok.eot_id()})
+  for (int32_t id : {tok.eos_id(), tok.eot_id(), tok.eom_id()})  // eom: GLM ends a tool-call turn with it
     if (id >= 0) ids.push_back(id);
   for (const char* s : {"<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>"})
     if (auto id = tok.find_token(s)) ids.push_back(*id);

@@ -29,7 +29,8 @@ struct GenerateResult {
   double prompt_seconds = 0, gen_seconds = 0;
 };
 
-// End-of-generation ids of a tokenizer: eos, eot, and the ChatML/Qwen end tokens when present.
+// End-of-generation ids of a tokenizer: eos, eot, eom (GLM's <|observation|>, which ends a turn of tool calls), and
+// the ChatML/Qwen end tokens when present.
 std::vector<int32_t> end_of_generation_ids(const text::Tokenizer& tok);
 
 // on_text receives each safe piece of text; returning false cancels. The sequence keeps every token it has

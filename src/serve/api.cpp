@@ -290,17 +290,19 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
   }
   std::string rendered;
   for (const std::string& piece : pieces) rendered += piece;
-  // A think block the prompt leaves open is the answer's reasoning, up to </think>.
-  const size_t open = rendered.rfind("<think>"), close = rendered.rfind("</think>");
-  const bool think_open = open != std::string::npos && (close == std::string::npos || close < open);
+  // A think block the prompt leaves open is the answer's reasoning, up to </think>; otherwise the answer may open
+  // one itself (GLM-4.5/4.6 templates end the prompt before it).
+  const bool think_open = prompt_opens_think(rendered);
   // A forced call closes the think block itself; that text is not part of the answer's content.
-  p.split_reasoning = (reasoning_format == "auto" || force_call) && think_open;
-  if (force_call) {
-    p.forced_text = std::string(think_open ? "\n</think>\n\n" : "") + "<tool_call>\n<function=" +
-                    (forced_name.empty() ? "" : forced_name + ">\n");
+  p.reasoning = think_open && (reasoning_format == "auto" || force_call) ? Reasoning::kOpen
+                : reasoning_format == "auto"                           ? Reasoning::kMaybe
+                                                                       : Reasoning::kOff;
+  p.tool_format = ctx.tool_format;
+  if (force_call) {  // "required": the name must be one of the tools
+    ForcedCall fc = forced_tool_call(ctx.tool_format, think_open, forced_name, tools);
+    p.forced_text = fc.text;
     pieces.back() += p.forced_text;
-    if (forced_name.empty())  // "required": the name must be one of the tools
-      for (const json& t : tools) p.gen.choice.push_back(t["function"]["name"].get<std::string>() + ">\n");
+    p.gen.choice = std::move(fc.choice);
   }
   try {
     p.gen.prompt = text::encode_turns(ctx.tok, pieces);

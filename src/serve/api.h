@@ -42,14 +42,16 @@ struct ApiContext {
   const ModelInfo& model;
   std::string reasoning_format = "none";    // default of the request field: "none" | "auto"
   text::TurnCache* turns = nullptr;         // recent chat prompts, so a follow-up renders only its newest turn
+  ToolCallFormat tool_format = ToolCallFormat::kQwen;  // the chat template's tool-call dialect
 };
 
 struct ParsedRequest {
   GenRequest gen;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
-  bool split_reasoning = false;  // chat: text before </think> goes to reasoning_content
+  Reasoning reasoning = Reasoning::kOff;  // chat: where the answer's reasoning_content is
   json tools = nullptr;          // chat: tool definitions whose calls are parsed from the answer (null: none)
+  ToolCallFormat tool_format = ToolCallFormat::kQwen;  // chat: how those calls are written
   std::string forced_text;       // chat: appended to the prompt to start a tool call; belongs in front of the answer
 };
 

@@ -65,6 +65,11 @@ Server::Server(const ServerOptions& o, Scheduler& sched, const text::Tokenizer& 
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
+  if (tpl_) {
+    std::string why;
+    tool_format_ = tool_call_format_of(tpl_->source(), &why);
+    log::info("chat: tool calls parsed in the %s form (%s)", tool_call_format_name(tool_format_), why.c_str());
+  }
   routes();
 }
 
@@ -233,7 +238,7 @@ void Server::routes() {
 
 void Server::generate(const std::string& request_body, httplib::Response& res, bool chat) {
   const json body = parse_json_body(request_body);
-  ApiContext ctx{tok_, tpl_, model_, o_.reasoning_format, &turns_};
+  ApiContext ctx{tok_, tpl_, model_, o_.reasoning_format, &turns_, tool_format_};
   ParsedRequest p = chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
   std::shared_ptr<Completion> c;
   try {
@@ -249,7 +254,8 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
   const std::string model = model_.id;
   const bool include_usage = p.include_usage, want_logprobs = p.gen.top_logprobs >= 0;
   const text::Tokenizer* tokp = &tok_;
-  const bool split_reasoning = p.split_reasoning;
+  const Reasoning reasoning = p.reasoning;
+  const ToolCallFormat tool_format = p.tool_format;
   const json tools = p.tools;
   const std::string forced = p.forced_text;
   auto delta_json = [](const ChatDelta& d) {
@@ -277,7 +283,7 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
             return lost();
           auto last = clock::now();
           size_t text_offset = 0;
-          ChatOutputSplitter split(split_reasoning, tools);
+          ChatOutputSplitter split(reasoning, tools, tool_format);
           if (chat && !forced.empty()) {
             ChatDelta cd = split.push(forced);
             cd.reasoning.clear();  // the forced text closes an empty think block: nothing to show
@@ -357,7 +363,7 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
         if (f == Finish::kError) {
           out = error_of(500, c->error(), "server_error").body();
         } else if (chat) {
-          ChatOutputSplitter split(split_reasoning, tools);
+          ChatOutputSplitter split(reasoning, tools, tool_format);
           ChatDelta d = split.push(forced);
           d.reasoning.clear();  // the forced text closes an empty think block: nothing to show
           const ChatDelta rest = split.push(text);

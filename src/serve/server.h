@@ -46,6 +46,7 @@ class Server {
   Scheduler& sched_;
   const text::Tokenizer& tok_;
   const text::ChatTemplate* tpl_;
+  ToolCallFormat tool_format_ = ToolCallFormat::kQwen;  // chosen from the chat template, logged once
   text::TurnCache turns_;  // the chat prompts of recent requests (ApiContext::turns)
   ModelInfo model_;
   std::unique_ptr<httplib::Server> http_;

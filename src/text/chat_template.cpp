@@ -55,7 +55,7 @@ bool starts_with(const std::string& s, const std::string& p) { return s.size() >
 
 }  // namespace
 
-ChatTemplate::ChatTemplate(const std::string& template_src) : tpl_(template_src) {}
+ChatTemplate::ChatTemplate(const std::string& template_src) : src_(template_src), tpl_(template_src) {}
 
 std::string ChatTemplate::render(const json& messages, const json& tools, bool add_generation_prompt,
                                  const json& extra_context) const {

@@ -76,7 +76,11 @@ class ChatTemplate {
   std::vector<std::string> render_turns(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                         const nlohmann::ordered_json& extra_context, TurnCache* cache = nullptr) const;
 
+  // The template as given (callers read the model's output dialect from it: tool-call and think tags).
+  const std::string& source() const { return src_; }
+
  private:
+  std::string src_;
   jinja::Template tpl_;
 };
 

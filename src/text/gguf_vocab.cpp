@@ -40,6 +40,7 @@ TokenizerData tokenizer_data_from_gguf(const gguf::File& f) {
   d.bos_id = id("tokenizer.ggml.bos_token_id");
   d.eos_id = id("tokenizer.ggml.eos_token_id");
   d.eot_id = id("tokenizer.ggml.eot_token_id");
+  d.eom_id = id("tokenizer.ggml.eom_token_id");
   d.pad_id = id("tokenizer.ggml.padding_token_id");
   apply_gguf_pre_defaults(&d);
   d.add_bos = f.opt_bool("tokenizer.ggml.add_bos_token").value_or(d.add_bos);

@@ -111,6 +111,7 @@ Tokenizer::Impl::Impl(TokenizerData data) : d(std::move(data)) {
   check_id(d.bos_id, "bos");
   check_id(d.eos_id, "eos");
   check_id(d.eot_id, "eot");
+  check_id(d.eom_id, "eom");
   check_id(d.pad_id, "pad");
   if (d.add_bos && d.bos_id < 0) fail("%s: add_bos is set but there is no bos token", src.c_str());
 
@@ -210,6 +211,7 @@ PreType Tokenizer::pre_type() const { return impl_->pre; }
 int32_t Tokenizer::bos_id() const { return impl_->d.bos_id; }
 int32_t Tokenizer::eos_id() const { return impl_->d.eos_id; }
 int32_t Tokenizer::eot_id() const { return impl_->d.eot_id; }
+int32_t Tokenizer::eom_id() const { return impl_->d.eom_id; }
 int32_t Tokenizer::pad_id() const { return impl_->d.pad_id; }
 bool Tokenizer::add_bos() const { return impl_->d.add_bos; }
 

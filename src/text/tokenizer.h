@@ -41,6 +41,7 @@ struct TokenizerData {
   bool ignore_merges = false;        // HF BPE ignore_merges: a pre-token that is a whole vocab entry wins
   std::vector<bool> added_normalized;  // [n_vocab] or empty: added token matched after normalisation (HF)
   int32_t bos_id = -1, eos_id = -1, eot_id = -1, pad_id = -1;  // -1 = absent
+  int32_t eom_id = -1;  // end of message: GLM's <|observation|>, after its tool calls (-1 = absent)
   bool add_bos = false;
 };
 
@@ -81,6 +82,7 @@ class Tokenizer {
   int32_t bos_id() const;
   int32_t eos_id() const;
   int32_t eot_id() const;
+  int32_t eom_id() const;
   int32_t pad_id() const;
   bool add_bos() const;
 
