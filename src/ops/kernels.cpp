@@ -33,6 +33,10 @@ const Kernels& kernels_ref() {
       &delta_chunked_ref,
       // Never: the scalar recurrence measured faster at every length (table in delta_rule.h).
       int64_t{1} << 40,
+      &rope_interleaved_ref,
+      &layer_norm_ref,
+      &indexer_scores_ref,
+      &attend_mla_ref,
   };
   return k;
 }

@@ -40,6 +40,35 @@ struct DeltaHead {
   int64_t n_tokens, dk, dv;
 };
 
+// One MLA attention task (mla.h): tokens [0, n_tok) x query heads [0, n_q), all over the one latent KV head.
+struct MlaBlock {
+  const float* q;          // row (t, j) at q + t * q_tok_stride + j * dk, f32
+  float* out;              // row (t, j) at out + t * out_tok_stride + j * dv, f32
+  int64_t q_tok_stride;    // n_head * dk
+  int64_t out_tok_stride;  // n_head * dv
+  int64_t n_tok = 0, n_q = 0, dk = 0, dv = 0;
+  int64_t n_pos0 = 0;             // dense (sel null): token t attends cache positions [0, n_pos0 + t)
+  const int32_t* sel = nullptr;   // sparse: token t attends sel[t * sel_stride + i], i < n_sel[t] (increasing)
+  int64_t sel_stride = 0;
+  const int32_t* n_sel = nullptr;
+  const void* kv;  // [n_ctx, dk], f32 or (f16) IEEE half; the values are the first dv dims of each row
+  bool f16 = false;
+  float scale = 1.0f;
+};
+
+// Lightning-indexer scores of one task (mla.h indexer_topk): tokens [0, n_tok) x key positions [s0, s1).
+struct IndexerBlock {
+  const float* q;  // token t, head j: q + (t * n_head + j) * dim, f32
+  const float* w;  // token t, head j: w[t * n_head + j]
+  int64_t n_tok = 0, n_head = 0, dim = 0;
+  int64_t s0 = 0, s1 = 0;  // token t scores positions s in [s0, min(s1, n_pos0 + t))
+  int64_t n_pos0 = 0;
+  const void* k;  // key rows [n_ctx, dim], f32 or (f16) IEEE half
+  bool f16 = false;
+  float* scores;  // token t, position s: scores[t * score_stride + s]
+  int64_t score_stride = 0;
+};
+
 struct Kernels {
   Isa isa;
   // activation.h
@@ -67,6 +96,14 @@ struct Kernels {
   void (*delta_recurrent)(const DeltaHead& h);
   void (*delta_chunked)(const DeltaHead& h);
   int64_t delta_chunk_min;  // gated_delta_rule uses delta_chunked from this many tokens on (measured, delta_rule.h)
+  // mla.h. rope_interleaved: dims [off, off + 2 half) of every row (t, h) at x + (t * n_head + h) * head_stride,
+  // pairs (2j, 2j + 1) rotated by the angle table cos, sin [n_tokens, half].
+  void (*rope_interleaved)(float* x, int64_t n_tokens, int64_t n_head, int64_t head_stride, int64_t off,
+                           int64_t half, const float* cos, const float* sin);
+  void (*layer_norm)(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t n,
+                     float eps);
+  void (*indexer_scores)(const IndexerBlock& b);
+  void (*attend_mla)(const MlaBlock& b);
 };
 
 // The table for isa; throws tern::Error if this CPU cannot run it.
@@ -102,5 +139,10 @@ void f32_to_f16_ref(const float* x, uint16_t* y, int64_t n);
 void attend_ref(const AttnBlock& b);
 void delta_recurrent_ref(const DeltaHead& h);
 void delta_chunked_ref(const DeltaHead& h);
+void rope_interleaved_ref(float* x, int64_t n_tokens, int64_t n_head, int64_t head_stride, int64_t off, int64_t half,
+                          const float* cos, const float* sin);
+void layer_norm_ref(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t n, float eps);
+void indexer_scores_ref(const IndexerBlock& b);
+void attend_mla_ref(const MlaBlock& b);
 
 }  // namespace tern::ops

@@ -58,6 +58,7 @@ struct V8 {
   static M gt(R a, R b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
   static M eq(R a, R b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
   static R select(M m, R a, R b) { return _mm256_blendv_ps(b, a, m); }  // m ? a : b
+  static R swap_pairs(R x) { return _mm256_permute_ps(x, 0xB1); }         // lanes (1, 0, 3, 2, ...)
   // Fixed tree: (l0+l4, l1+l5, l2+l6, l3+l7) -> (b0+b2, b1+b3) -> c0+c1.
   static float hsum(R x) {
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
@@ -71,6 +72,7 @@ struct V8 {
   }
 
   static D dzero() { return _mm256_setzero_pd(); }
+  static D dset1(double x) { return _mm256_set1_pd(x); }
   static D cvt_lo(R x) { return _mm256_cvtps_pd(_mm256_castps256_ps128(x)); }
   static D cvt_hi(R x) { return _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)); }
   static D dadd(D a, D b) { return _mm256_add_pd(a, b); }

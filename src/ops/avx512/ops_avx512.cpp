@@ -69,6 +69,7 @@ struct V16 {
   static M gt(R a, R b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
   static M eq(R a, R b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   static R select(M m, R a, R b) { return _mm512_mask_blend_ps(m, b, a); }  // m ? a : b
+  static R swap_pairs(R x) { return _mm512_shuffle_ps(x, x, 0xB1); }        // lanes (1, 0, 3, 2, ...)
   static float hsum(R x) { return _mm512_reduce_add_ps(x); }  // GCC's fixed tree (halves, len 8, 4, 2, 1)
   static float hmax(R x) { return _mm512_reduce_max_ps(x); }
 
@@ -80,6 +81,7 @@ struct V16 {
   }
   static __m256 hi_half(R x) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)); }  // clang: constant lane
   static D dzero() { return _mm512_setzero_pd(); }
+  static D dset1(double x) { return _mm512_set1_pd(x); }
   static D cvt_lo(R x) { return widen(_mm512_castps512_ps256(x)); }
   static D cvt_hi(R x) { return widen(hi_half(x)); }
   static D dadd(D a, D b) { return _mm512_add_pd(a, b); }

@@ -3,6 +3,8 @@
 // fixed by head_dim), softmax with a double sum, then sum_p w_p V[p] with per-lane accumulators in position order;
 // K and V rows are loaded (f16: converted in registers) once for all heads of the token. The arithmetic of a row
 // never depends on how many rows share the loads or how positions are tiled, so blocking never changes a result.
+// The score and value steps read rows through KvRows (a row stride and an optional position list), so the MLA
+// kernel (simd_mla.h: values = the first dv dims of the key rows, sparse key sets) runs the same arithmetic.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -14,6 +16,19 @@
 
 namespace tern::ops {
 namespace {
+
+// Cache rows as the kernels read them: logical position p is row idx ? idx[p] : p of base, rows `stride` elements
+// apart (f32, or f16 when F16).
+struct KvRows {
+  const void* base;
+  int64_t stride;
+  const int32_t* idx = nullptr;
+  template <bool F16>
+  const void* at(int64_t p) const {
+    const int64_t row = idx ? idx[p] : p;
+    return static_cast<const char*>(base) + row * stride * (F16 ? 2 : 4);
+  }
+};
 
 template <class V>
 struct AttnSimd {
@@ -36,16 +51,12 @@ struct AttnSimd {
       return V::load_n(static_cast<const float*>(row) + i, m, 0.0f);
     }
   }
-  template <bool F16>
-  static const void* row_at(const void* base, int64_t p, int64_t hd) {
-    return static_cast<const char*>(base) + p * hd * (F16 ? 2 : 4);
-  }
-
-  // sc[r * n_pos + p] = scale * (q[r] . K[p]) for rows r < NR, positions p < n_pos.
+  // sc[r * n_pos + p] = scale * (q[r] . K[p][0, hd)) for rows r < NR, positions p in [p0, p1).
   template <int NR, bool F16>
-  static void scores(const float* const* q, const void* k, int64_t n_pos, int64_t hd, float scale, float* sc) {
-    for (int64_t p = 0; p < n_pos; ++p) {
-      const void* kr = row_at<F16>(k, p, hd);
+  static void scores(const float* const* q, const KvRows& k, int64_t p0, int64_t p1, int64_t n_pos, int64_t hd,
+                     float scale, float* sc) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const void* kr = k.at<F16>(p);
       R a0[NR], a1[NR];
       for (int r = 0; r < NR; ++r) a0[r] = a1[r] = V::zero();
       int64_t i = 0;
@@ -72,8 +83,8 @@ struct AttnSimd {
   // Positions [p0, p1) of out[r][i0, i0 + 2L) += sc[r][p] V[p][i0, ...) (first: from 0; last: then times inv[r]);
   // m0, m1: valid lanes of the two vectors. Each element's sum runs over p in order however positions are tiled.
   template <int NR, bool F16, bool Full>
-  static void slice(const float* sc, int64_t n_pos, const void* v, int64_t hd, int64_t i0, int64_t m0, int64_t m1,
-                    int64_t p0, int64_t p1, bool first, bool last, const float* inv, float* const* out) {
+  static void slice(const float* sc, int64_t n_pos, const KvRows& v, int64_t i0, int64_t m0, int64_t m1, int64_t p0,
+                    int64_t p1, bool first, bool last, const float* inv, float* const* out) {
     R acc[NR][2];
     for (int r = 0; r < NR; ++r) {
       if (first) {
@@ -87,7 +98,7 @@ struct AttnSimd {
       }
     }
     for (int64_t p = p0; p < p1; ++p) {
-      const void* vr = row_at<F16>(v, p, hd);
+      const void* vr = v.at<F16>(p);
       R v0, v1;
       if constexpr (Full) {
         v0 = ld<F16>(vr, i0);
@@ -122,7 +133,8 @@ struct AttnSimd {
   template <int NR, bool F16>
   static void rows(const float* const* q, float* const* out, const AttnBlock& b, int64_t n_pos, float* sc) {
     const int64_t hd = b.head_dim;
-    scores<NR, F16>(q, b.k, n_pos, hd, b.scale, sc);
+    const KvRows k{b.k, hd}, v{b.v, hd};
+    scores<NR, F16>(q, k, 0, n_pos, n_pos, hd, b.scale, sc);
     float inv[NR];
     for (int r = 0; r < NR; ++r) inv[r] = static_cast<float>(1.0 / exp_shifted<V>(sc + r * n_pos, n_pos));
     // V in tiles of ~16 KiB of rows, each tile read from memory once and then from L1 for every slice of
@@ -133,11 +145,11 @@ struct AttnSimd {
       const bool first = p0 == 0, last = p1 == n_pos;
       int64_t i = 0;
       for (; i + 2 * L <= hd; i += 2 * L)
-        slice<NR, F16, true>(sc, n_pos, b.v, hd, i, L, L, p0, p1, first, last, inv, out);
+        slice<NR, F16, true>(sc, n_pos, v, i, L, L, p0, p1, first, last, inv, out);
       if (i < hd) {
         const int64_t rest = hd - i;
-        slice<NR, F16, false>(sc, n_pos, b.v, hd, i, rest < L ? rest : L, rest > L ? rest - L : 0, p0, p1, first,
-                              last, inv, out);
+        slice<NR, F16, false>(sc, n_pos, v, i, rest < L ? rest : L, rest > L ? rest - L : 0, p0, p1, first, last,
+                              inv, out);
       }
     }
   }

@@ -5,6 +5,7 @@
 #include "ops/simd/simd_attention.h"
 #include "ops/simd/simd_delta.h"
 #include "ops/simd/simd_math.h"
+#include "ops/simd/simd_mla.h"
 #include "ops/simd/simd_ops.h"
 
 namespace tern::ops {
@@ -32,6 +33,10 @@ Kernels make_kernels(Isa isa, int64_t delta_chunk_min) {
       &DeltaSimd<V>::recurrent,
       &DeltaSimd<V>::chunked,
       delta_chunk_min,
+      &rope_interleaved_simd<V>,
+      &LayerNormSimd<V>::layer_norm,
+      &IndexerSimd<V>::scores,
+      &MlaSimd<V>::attend,
   };
 }
 
