@@ -18,6 +18,7 @@
 #include "backend/matrix.h"
 #include "ops/attention.h"
 #include "ops/delta_rule.h"
+#include "ops/mla.h"
 #include "ops/moe.h"
 
 namespace tern::backend {
@@ -167,6 +168,10 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t n) = 0;
   // out[r] = [a[r] (da values) | b[r] (db values)] for n_rows rows.
   virtual void concat_rows(const float* a, int64_t da, const float* b, int64_t db, int64_t n_rows, float* out) = 0;
+  // dst[r * dst_stride + i] = src[r * src_stride + i] for n values of n_rows rows (splitting heads, strided views).
+  virtual void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n_rows,
+                         int64_t n) = 0;
+  virtual void scale(float* x, float s, int64_t n) = 0;  // x *= s
 
   // ---- attention
   virtual void split_q_gate(const float* qg, int64_t n_tok, int64_t n_head, int64_t head_dim, float* q,
@@ -177,6 +182,22 @@ class Backend {
   virtual void attention_causal(const float* q, int64_t n_tok, int64_t n_head, const ops::KvCacheView& kv,
                                 int64_t pos0, float scale, float* out) = 0;
   virtual void sigmoid_gate(float* o, const float* gate, int64_t n) = 0;  // o *= sigmoid(gate)
+
+  // ---- multi-head latent attention with the sparse-attention indexer (ops/mla.h)
+  virtual void rope_interleaved(float* x, int64_t n_tok, int64_t n_head, int64_t head_stride, int64_t off,
+                                int64_t n_rot, const int32_t* pos, float freq_base) = 0;
+  virtual void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t n,
+                          float eps) = 0;
+  virtual void rows_store(void* cache, ops::KvType type, int64_t n_ctx, int64_t dim, const float* x, int64_t n_tok,
+                          int64_t pos0) = 0;
+  // sel [n_tok, topk] and n_sel [n_tok] land in host memory (like moe_route's ids).
+  virtual void indexer_topk(const float* q, const float* w, int64_t n_tok, int64_t n_head, int64_t dim, const void* k,
+                            ops::KvType type, int64_t n_ctx, int64_t pos0, int64_t topk, int32_t* sel,
+                            int32_t* n_sel) = 0;
+  // sel, n_sel: host memory (null: every causal key).
+  virtual void attention_mla(const float* q, int64_t n_tok, int64_t n_head, const void* kv, ops::KvType type,
+                             int64_t n_ctx, int64_t dk, int64_t dv, int64_t pos0, const int32_t* sel,
+                             int64_t sel_stride, const int32_t* n_sel, float scale, float* out) = 0;
 
   // ---- gated DeltaNet
   // beta = sigmoid(beta); g = a * softplus(g + dt_bias), both [n_rows, n_heads].

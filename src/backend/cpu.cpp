@@ -180,6 +180,17 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n_rows,
+                 int64_t n) override {
+    for (int64_t r = 0; r < n_rows; ++r)
+      std::memcpy(dst + r * dst_stride, src + r * src_stride, static_cast<size_t>(n) * sizeof(float));
+  }
+  void scale(float* x, float s, int64_t n) override {
+    ops::split::elements(n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) x[i] *= s;
+    });
+  }
+
   void split_q_gate(const float* qg, int64_t n_tok, int64_t n_head, int64_t head_dim, float* q,
                     float* gate) override {
     ops::split_q_gate(qg, n_tok, n_head, head_dim, q, gate);
@@ -196,6 +207,29 @@ class CpuBackend final : public Backend {
     ops::attention_causal(q, n_tok, n_head, kv, pos0, scale, out);
   }
   void sigmoid_gate(float* o, const float* gate, int64_t n) override { ops::apply_sigmoid_gate(o, gate, n); }
+
+  void rope_interleaved(float* x, int64_t n_tok, int64_t n_head, int64_t head_stride, int64_t off, int64_t n_rot,
+                        const int32_t* pos, float freq_base) override {
+    ops::rope_interleaved(x, n_tok, n_head, head_stride, off, n_rot, pos, freq_base);
+  }
+  void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t n,
+                  float eps) override {
+    ops::layer_norm(x, w, b, y, n_rows, n, eps);
+  }
+  void rows_store(void* cache, ops::KvType type, int64_t n_ctx, int64_t dim, const float* x, int64_t n_tok,
+                  int64_t pos0) override {
+    ops::rows_store(cache, type, n_ctx, dim, x, n_tok, pos0);
+  }
+  void indexer_topk(const float* q, const float* w, int64_t n_tok, int64_t n_head, int64_t dim, const void* k,
+                    ops::KvType type, int64_t n_ctx, int64_t pos0, int64_t topk, int32_t* sel,
+                    int32_t* n_sel) override {
+    ops::indexer_topk(q, w, n_tok, n_head, dim, k, type, n_ctx, pos0, topk, sel, n_sel);
+  }
+  void attention_mla(const float* q, int64_t n_tok, int64_t n_head, const void* kv, ops::KvType type, int64_t n_ctx,
+                     int64_t dk, int64_t dv, int64_t pos0, const int32_t* sel, int64_t sel_stride,
+                     const int32_t* n_sel, float scale, float* out) override {
+    ops::attention_mla(q, n_tok, n_head, kv, type, n_ctx, dk, dv, pos0, sel, sel_stride, n_sel, scale, out);
+  }
 
   void delta_gates(float* beta, float* g, const float* a, const float* dt_bias, int64_t n_rows,
                    int64_t n_heads) override {

@@ -9,6 +9,7 @@
 #include "formats/gguf.h"
 #include "formats/gguf_util.h"
 #include "formats/model_summary.h"
+#include "models/registry.h"
 
 namespace tern::cli {
 
@@ -79,8 +80,15 @@ void print_text(const gguf::File& f, const gguf::ModelSummary& s) {
     const int64_t first = int64_t{s.n_layer} - s.n_layer_nextn;
     for (const auto& t : f.tensors())
       if (gguf::block_index(t.name) >= first) bytes += t.n_bytes;
-    std::printf("mtp:           %u block(s) from blk.%lld, %s; drafts for speculative decoding (--draft, --no-spec)\n",
-                s.n_layer_nextn, static_cast<long long>(first), human_bytes(bytes).c_str());
+    bool drafts = false;
+    try {
+      drafts = models::describe_model(f)->info().mtp_drafts;
+    } catch (const Error&) {  // an architecture tern does not run: the summary above still stands
+    }
+    std::printf("mtp:           %u block(s) from blk.%lld, %s; %s\n", s.n_layer_nextn, static_cast<long long>(first),
+                human_bytes(bytes).c_str(),
+                drafts ? "drafts for speculative decoding (--draft, --no-spec)"
+                       : "loaded, not used for drafting by tern for this architecture");
     if (const gguf::Value* dv = f.find("tern.draft_vocab"); dv && dv->is_array())
       std::printf("draft vocab:   %llu tokens (tern.draft_vocab: the draft head computes only these)\n",
                   static_cast<unsigned long long>(dv->array_size()));

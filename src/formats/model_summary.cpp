@@ -54,6 +54,7 @@ void read_geometry(const File& f, ModelSummary& s) {
   s.n_expert_used = u32("expert_used_count");
   s.n_ff_exp = u32("expert_feed_forward_length");
   s.n_ff_shexp = u32("expert_shared_feed_forward_length");
+  if (s.n_ff_shexp == 0) s.n_ff_shexp = u32("expert_shared_count") * s.n_ff_exp;  // DeepSeek / GLM: n shared of expert width
   s.n_ctx_train = f.opt_u64(a + "context_length").value_or(0);
   if (s.n_expert_used > s.n_expert)
     fail("%s: key '%sexpert_used_count': %u experts used per token, but only %u experts", f.name().c_str(), a.c_str(),
@@ -67,7 +68,7 @@ void read_geometry(const File& f, ModelSummary& s) {
   static const char* kShown[] = {"block_count", "nextn_predict_layers", "embedding_length", "attention.head_count",
                                  "attention.head_count_kv", "attention.key_length", "feed_forward_length",
                                  "expert_count", "expert_used_count", "expert_feed_forward_length",
-                                 "expert_shared_feed_forward_length", "context_length", "vocab_size"};
+                                 "expert_shared_feed_forward_length", "expert_shared_count", "context_length", "vocab_size"};
   for (const Value& v : f.metadata()) {
     std::string_view k = v.key();
     if (k.substr(0, a.size()) != a || !v.is_integer()) continue;

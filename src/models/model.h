@@ -21,7 +21,8 @@ struct ModelInfo {
   int64_t n_ctx_train = 0;
   int64_t n_expert = 0;        // routed experts per layer (0: dense FFN)
   int64_t n_expert_used = 0;
-  int64_t n_mtp = 0;           // multi-token-prediction (nextn) blocks in the file; the first can draft
+  int64_t n_mtp = 0;           // multi-token-prediction (nextn) blocks in the file
+  bool mtp_drafts = false;     // tern drafts with the first of them (speculative decoding) for this architecture
   std::string summary;         // one line for the load log, e.g. "8 layers (2 attention, 6 DeltaNet), 16 experts top-2"
 };
 

@@ -1,6 +1,7 @@
 #include "models/registry.h"
 
 #include "core/error.h"
+#include "models/glm_dsa/model.h"
 #include "models/qwen35moe/model.h"
 
 namespace tern::models {
@@ -27,6 +28,7 @@ const Architecture kArchitectures[] = {
     family<qwen35moe::Shape, qwen35moe::LoadedModel>("qwen35moe"),
     family<qwen35moe::Shape, qwen35moe::LoadedModel>("qwen3next"),
     family<qwen35moe::Shape, qwen35moe::LoadedModel>("qwen35"),
+    family<glm_dsa::Shape, glm_dsa::LoadedModel>("glm-dsa"),  // GLM-5 family: MLA + sparse-attention indexer
 };
 
 const Architecture& find(const gguf::File& f) {

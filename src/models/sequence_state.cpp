@@ -1,13 +1,19 @@
 #include "models/sequence_state.h"
 
+#include <tuple>
+
 #include "core/error.h"
 
 namespace tern::models {
 
 static size_t kv_elem_bytes(ops::KvType t) { return t == ops::KvType::kF16 ? 2 : 4; }
 
-static size_t kv_bytes(const LayerStateShape& s, int64_t n_ctx, ops::KvType t) {
+static size_t k_bytes(const LayerStateShape& s, int64_t n_ctx, ops::KvType t) {
   return s.has_kv() ? static_cast<size_t>(s.n_head_kv * n_ctx * s.head_dim) * kv_elem_bytes(t) : 0;
+}
+
+static size_t v_bytes(const LayerStateShape& s, int64_t n_ctx, ops::KvType t) {
+  return static_cast<size_t>(s.n_head_kv * n_ctx * s.v_row()) * kv_elem_bytes(t);
 }
 
 SequenceState::SequenceState(backend::Backend& be, StateShape shape, int64_t n_ctx, ops::KvType kv_type)
@@ -28,8 +34,8 @@ SequenceState::SequenceState(backend::Backend& be, StateShape shape, int64_t n_c
     const LayerStateShape& s = shape_[i];
     LayerState& l = layers_[i];
     if (s.has_kv()) {
-      l.k = be.alloc(backend::BufferKind::kState, kv_bytes(s, n_ctx, kv_type));
-      l.v = be.alloc(backend::BufferKind::kState, kv_bytes(s, n_ctx, kv_type));
+      l.k = be.alloc(backend::BufferKind::kState, k_bytes(s, n_ctx, kv_type));
+      if (s.v_row() > 0) l.v = be.alloc(backend::BufferKind::kState, v_bytes(s, n_ctx, kv_type));
     }
     if (s.conv_floats > 0) l.conv = be.alloc(backend::BufferKind::kState, static_cast<size_t>(s.conv_floats) * sizeof(float));
     if (s.ssm_floats > 0) l.ssm = be.alloc(backend::BufferKind::kState, static_cast<size_t>(s.ssm_floats) * sizeof(float));
@@ -74,7 +80,7 @@ size_t SequenceState::bytes() const {
 size_t SequenceState::bytes_for(const StateShape& shape, int64_t n_ctx, ops::KvType kv_type) {
   size_t b = 0;
   for (const LayerStateShape& s : shape)
-    b += 2 * kv_bytes(s, n_ctx, kv_type) + static_cast<size_t>(s.conv_floats + s.ssm_floats) * sizeof(float);
+    b += k_bytes(s, n_ctx, kv_type) + v_bytes(s, n_ctx, kv_type) + static_cast<size_t>(s.conv_floats + s.ssm_floats) * sizeof(float);
   return b;
 }
 
@@ -98,9 +104,11 @@ StateSnapshot SequenceState::snapshot() const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerState& l = layers_[i];
     const LayerStateShape& sh = shape_[i];
-    if (l.k) {  // the first n_past rows of each head of [n_head_kv][n_ctx][head_dim]
-      const size_t row = static_cast<size_t>(sh.head_dim) * esz, n = static_cast<size_t>(n_past_);
-      for (auto [buf, out] : {std::pair{l.k.get(), &s.k[i]}, std::pair{l.v.get(), &s.v[i]}}) {
+    if (l.k) {  // the first n_past rows of each head of [n_head_kv][n_ctx][row]
+      const size_t n = static_cast<size_t>(n_past_);
+      for (auto [buf, out, dim] : {std::tuple{l.k.get(), &s.k[i], sh.head_dim}, std::tuple{l.v.get(), &s.v[i], sh.v_row()}}) {
+        if (!buf) continue;
+        const size_t row = static_cast<size_t>(dim) * esz;
         out->resize(static_cast<size_t>(sh.n_head_kv) * n * row);
         for (int64_t h = 0; h < sh.n_head_kv; ++h)
           buf->read(static_cast<size_t>(h * n_ctx_) * row, out->data() + static_cast<size_t>(h) * n * row, n * row);
@@ -125,11 +133,14 @@ void SequenceState::restore(const StateSnapshot& s) {
     LayerState& l = layers_[i];
     const LayerStateShape& sh = shape_[i];
     if (l.k) {
-      const size_t row = static_cast<size_t>(sh.head_dim) * esz, n = static_cast<size_t>(s.n_past);
-      if (s.k[i].size() != static_cast<size_t>(sh.n_head_kv) * n * row) fail("state snapshot: layer %zu KV size", i);
-      for (auto [buf, in] : {std::pair{l.k.get(), &s.k[i]}, std::pair{l.v.get(), &s.v[i]}})
+      const size_t n = static_cast<size_t>(s.n_past);
+      for (auto [buf, in, dim] : {std::tuple{l.k.get(), &s.k[i], sh.head_dim}, std::tuple{l.v.get(), &s.v[i], sh.v_row()}}) {
+        if (!buf) continue;
+        const size_t row = static_cast<size_t>(dim) * esz;
+        if (in->size() != static_cast<size_t>(sh.n_head_kv) * n * row) fail("state snapshot: layer %zu KV size", i);
         for (int64_t h = 0; h < sh.n_head_kv; ++h)
           buf->write(static_cast<size_t>(h * n_ctx_) * row, in->data() + static_cast<size_t>(h) * n * row, n * row);
+      }
     }
     for (auto [buf, in] : {std::pair{l.conv.get(), &s.conv[i]}, std::pair{l.ssm.get(), &s.ssm[i]}})
       if (buf) {

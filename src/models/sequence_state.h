@@ -19,10 +19,14 @@ namespace tern::models {
 
 struct LayerStateShape {
   int64_t n_head_kv = 0, head_dim = 0;  // attention layer: K and V caches; 0 for a layer without one
+  // V rows' size when it differs from K's (-1: head_dim; 0: no V cache). MLA (glm-dsa) keeps its latent rows in K
+  // (the values are their first kv_lora_rank dims) and the sparse-attention indexer's keys in V.
+  int64_t v_dim = -1;
   int64_t conv_floats = 0;              // recurrent layer: conv state (e.g. [conv_dim][kernel - 1])
   int64_t ssm_floats = 0;               // recurrent layer: recurrent state (e.g. [n_v_heads][head_k_dim][head_v_dim])
   bool draft = false;                   // a layer of the draft block (MTP): held by SequenceState::draft()
   bool has_kv() const { return n_head_kv > 0 && head_dim > 0; }
+  int64_t v_row() const { return !has_kv() ? 0 : v_dim < 0 ? head_dim : v_dim; }
   bool recurrent() const { return conv_floats > 0 || ssm_floats > 0; }
 };
 using StateShape = std::vector<LayerStateShape>;  // [n_layer]
@@ -40,7 +44,7 @@ struct LayerState {
 // state's. Restored into a state of the same shape and context (prefix cache).
 struct StateSnapshot {
   int64_t n_past = 0;
-  std::vector<std::vector<uint8_t>> k, v;      // [layer] [n_head_kv][n_past][head_dim] KV elements
+  std::vector<std::vector<uint8_t>> k, v;      // [layer] [n_head_kv][n_past][head_dim (K) / v_row (V)] elements
   std::vector<std::vector<uint8_t>> conv, ssm; // [layer] raw f32 bytes
   std::unique_ptr<StateSnapshot> draft;
   size_t bytes() const;

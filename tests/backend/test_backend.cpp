@@ -310,6 +310,22 @@ class Recording final : public backend::Backend {
   TERN_FWD(copy, (void* d, const void* s, size_t n), (d, s, n))
   TERN_FWD(concat_rows, (const float* a, int64_t da, const float* b, int64_t db, int64_t n, float* o),
            (a, da, b, db, n, o))
+  TERN_FWD(copy_rows, (const float* s, int64_t ss, float* d, int64_t ds, int64_t r, int64_t n), (s, ss, d, ds, r, n))
+  TERN_FWD(scale, (float* x, float s, int64_t n), (x, s, n))
+  TERN_FWD(rope_interleaved, (float* x, int64_t n, int64_t h, int64_t hs, int64_t o, int64_t r, const int32_t* p, float b),
+           (x, n, h, hs, o, r, p, b))
+  TERN_FWD(layer_norm, (const float* x, const float* w, const float* b, float* y, int64_t r, int64_t n, float e),
+           (x, w, b, y, r, n, e))
+  TERN_FWD(rows_store, (void* c, ops::KvType t, int64_t nc, int64_t d, const float* x, int64_t n, int64_t p0),
+           (c, t, nc, d, x, n, p0))
+  TERN_FWD(indexer_topk,
+           (const float* q, const float* w, int64_t n, int64_t h, int64_t d, const void* k, ops::KvType t, int64_t nc,
+            int64_t p0, int64_t tk, int32_t* sel, int32_t* ns),
+           (q, w, n, h, d, k, t, nc, p0, tk, sel, ns))
+  TERN_FWD(attention_mla,
+           (const float* q, int64_t n, int64_t h, const void* kv, ops::KvType t, int64_t nc, int64_t dk, int64_t dv,
+            int64_t p0, const int32_t* sel, int64_t ss, const int32_t* ns, float s, float* o),
+           (q, n, h, kv, t, nc, dk, dv, p0, sel, ss, ns, s, o))
   TERN_FWD(split_q_gate, (const float* qg, int64_t n, int64_t h, int64_t hd, float* q, float* g), (qg, n, h, hd, q, g))
   TERN_FWD(rope_neox, (float* x, int64_t n, int64_t h, int64_t hd, int64_t r, const int32_t* p, float b),
            (x, n, h, hd, r, p, b))

@@ -20,6 +20,7 @@ ModelInfo model_info(const Config& c) {
   i.n_expert = c.n_expert;
   i.n_expert_used = c.n_expert_used;
   i.n_mtp = c.n_nextn;
+  i.mtp_drafts = c.n_nextn > 0;
   char s[160];
   const int n = std::snprintf(s, sizeof s, "%lld layers (%lld attention, %lld DeltaNet), ",
                               static_cast<long long>(c.n_layer), static_cast<long long>(c.n_attention_layers()),

@@ -4,78 +4,14 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/mmap.h"
+#include "models/loader.h"
 #include "quant/convert.h"
 #include "quant/repack.h"
 
 namespace tern::models::qwen35moe {
 
 namespace {
-
-class Loader {
- public:
-  Loader(const gguf::File& f, backend::Backend& be) : f_(f), be_(be) {}
-
-  const gguf::TensorInfo& tensor(const std::string& name, std::vector<int64_t> shape) {
-    const gguf::TensorInfo* t = f_.find_tensor(name);
-    if (!t) fail("%s: missing tensor '%s'", f_.name().c_str(), name.c_str());
-    check_shape(*t, shape);
-    used_.insert(name);
-    return *t;
-  }
-  bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
-  const std::string& file_name() const { return f_.name(); }
-  const gguf::TensorInfo* optional(const std::string& name, std::vector<int64_t> shape) {
-    return f_.find_tensor(name) ? &tensor(name, std::move(shape)) : nullptr;
-  }
-
-  // A matrix {n_in, n_out[, n_expert]} used through the matmul kernels.
-  Linear linear(const std::string& name, std::vector<int64_t> shape) { return to_linear(tensor(name, shape), name); }
-  Linear to_linear(const gguf::TensorInfo& t, const std::string& name) {
-    if (!be_.has_kernels(t.type))
-      fail("%s: tensor '%s' has type %s, which tern's %s backend cannot compute with", f_.name().c_str(),
-           name.c_str(), quant::type_name(t.type), be_.name().c_str());
-    Linear l;
-    l.type = t.type;
-    l.data = be_.map_weights(t.data, t.n_bytes);
-    l.n_in = t.ne[0];
-    l.n_out = t.ne[1] * t.ne[2] * t.ne[3];
-    l.row_bytes = quant::row_size(quant::traits(t.type), t.ne[0]);
-    l.name = name;
-    return l;
-  }
-  // A small tensor dequantized to f32 (norms, biases, conv taps), in backend memory.
-  backend::Floats vec(const std::string& name, std::vector<int64_t> shape) {
-    const gguf::TensorInfo& t = tensor(name, shape);
-    std::vector<float> out(static_cast<size_t>(t.n_elements));
-    quant::dequantize_row(t.type, t.data, out.data(), t.n_elements);
-    return backend::Floats(be_, out);
-  }
-  std::vector<std::string> unused() const {
-    std::vector<std::string> u;
-    for (const auto& t : f_.tensors())
-      if (!used_.count(std::string(t.name))) u.emplace_back(t.name);
-    return u;
-  }
-  const gguf::File& file() const { return f_; }
-  backend::Backend& backend() { return be_; }
-
- private:
-  void check_shape(const gguf::TensorInfo& t, const std::vector<int64_t>& shape) const {
-    bool ok = true;
-    for (size_t i = 0; i < 4; ++i) ok &= t.ne[i] == (i < shape.size() ? shape[i] : 1);
-    if (!ok) {
-      std::string want = "[";
-      for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
-      fail("%s: tensor '%.*s': shape %s, expected %s]", f_.name().c_str(), static_cast<int>(t.name.size()),
-           t.name.data(), t.shape_str().c_str(), want.c_str());
-    }
-  }
-  const gguf::File& f_;
-  backend::Backend& be_;
-  std::set<std::string> used_;
-};
-
-std::string blk(int64_t i, const char* name) { return "blk." + std::to_string(i) + "." + name; }
 
 void load_attention(Loader& L, const Config& c, int64_t i, AttentionWeights& a) {
   const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
@@ -311,29 +247,11 @@ uint64_t draft_vocab_bytes(const gguf::File& f, const Config& c, bool repack) {
 bool Model::expert_rows_grouped() const { return qwen35moe::expert_rows_grouped(config); }
 
 RepackReport Model::repack(RepackScope scope) {
-  RepackReport rep;
   if (repack_scope != RepackScope::kNone) fail("internal: model repacked twice");
   repack_scope = scope;
-  if (scope == RepackScope::kNone) return rep;
-  auto one = [&](Linear& w, bool drop_source) {
-    if (!w.present() || w.repacked) return;
-    if (w.n_out < quant::kRepackRows) return;  // as resident_tensor_bytes: a lone row stays as it is
-    if (!backend->can_repack(w)) {
-      if (w.type != quant::Type::F32) rep.kept.push_back(w.name + " (" + quant::type_name(w.type) + ": no repacked layout)");
-      return;
-    }
-    std::unique_ptr<backend::Buffer> buf = backend->alloc(backend::BufferKind::kWeights, backend->repacked_bytes(w));
-    const Linear src = w;
-    w = backend->repack_into(src, buf->data(), true);
-    repacked.push_back(std::move(buf));
-    ++rep.matrices;
-    rep.bytes += w.bytes();
-    const bool in_file = src.data >= file->base() && src.data + src.bytes() <= file->base() + file->file_size();
-    if (drop_source && in_file) {  // (a matrix rearranged at load lives in its own buffer, freed with the model)
-      rep.file_bytes += src.bytes();
-      drop_pages(src.data, src.bytes());
-    }
-  };
+  if (scope == RepackScope::kNone) return {};
+  Repacker R(*backend, *file, repacked);
+  auto one = [&](Linear& w, bool drop_source) { R.one(w, drop_source); };
   if (weights.tied_output) {
     one(weights.output, false);  // its own copy: the embedding lookup keeps reading the file layout
   } else {
@@ -350,7 +268,7 @@ RepackReport Model::repack(RepackScope scope) {
   }
   const bool experts = scope == RepackScope::kAll && qwen35moe::expert_rows_grouped(config);
   if (scope == RepackScope::kAll && !qwen35moe::expert_rows_grouped(config))
-    rep.kept.push_back("routed experts (n_ff_exp or n_embd not a multiple of 8 rows)");
+    R.report().kept.push_back("routed experts (n_ff_exp or n_embd not a multiple of 8 rows)");
   for (LayerWeights& l : weights.layers) {
     for (Linear* w : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.dn.wqkv, &l.dn.wgate, &l.dn.wbeta,
                       &l.dn.walpha, &l.dn.wba, &l.dn.wout, &l.moe.gate_shexp, &l.moe.up_shexp, &l.moe.down_shexp,
@@ -359,7 +277,7 @@ RepackReport Model::repack(RepackScope scope) {
     if (experts)
       for (Linear* w : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) one(*w, true);
   }
-  return rep;
+  return R.report();
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<backend::Backend> be) {

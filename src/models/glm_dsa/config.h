@@ -1,0 +1,44 @@
+// GLM-5 family hyper-parameters (GGUF arch "glm-dsa", HF GlmMoeDsaForCausalLM), read from the keys llama.cpp's
+// converter writes and validated; contract /work/shared/spec/glm_moe_dsa.md sections 1 and 12.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/gguf.h"
+#include "models/blocks/mla.h"
+#include "models/blocks/moe.h"
+
+namespace tern::models::glm_dsa {
+
+struct Config {
+  std::string arch;       // "glm-dsa"
+  int64_t n_layer = 0;    // trunk layers (block_count minus nextn_predict_layers)
+  int64_t n_nextn = 0;    // MTP blocks after the trunk: loaded (shapes checked), not run yet
+  int64_t n_embd = 0, n_vocab = 0, n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+
+  // MLA.
+  int64_t n_head = 0, q_lora = 0, kv_lora = 0, nope = 0, rope = 0, v_head = 0;
+  float rope_freq_base = 10000.0f;
+  // The indexer.
+  int64_t idx_heads = 0, idx_dim = 0, idx_topk = 0;
+  std::vector<bool> idx_full;  // [n_layer]: the layer runs its own indexer (else reuses the last full layer's top-k)
+
+  // FFN: the first n_dense layers dense (width n_ff), then MoE.
+  int64_t n_dense = 0, n_ff = 0;
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+  bool expert_norm = true;
+  float expert_scale = 1.0f;
+  ops::Gating gating = ops::Gating::kSigmoid;
+
+  bool dense_layer(int64_t il) const { return il < n_dense; }
+  int64_t n_full_indexer_layers() const;
+
+  MlaParams mla() const;
+  MoeParams moe() const;
+
+  static Config from_gguf(const gguf::File& f);  // throws Error naming the file and key
+};
+
+}  // namespace tern::models::glm_dsa

@@ -1,0 +1,110 @@
+#include "models/glm_dsa/forward.h"
+
+#include "core/error.h"
+#include "core/profile.h"
+#include "models/sequence_state.h"
+
+namespace tern::models::glm_dsa {
+
+ExpertMatrices MappedExperts::get(int il, int64_t e) {
+  const MoeWeights& w = m_.weights.layers[static_cast<size_t>(il)].moe;
+  const Config& c = m_.config;
+  return {w.expert_gate(e, c.n_ff_exp), w.expert_up(e, c.n_ff_exp), w.expert_down(e, c.n_embd)};
+}
+
+Forward::Forward(const Model& model, TensorDump dump)
+    : model_(model),
+      be_(*model.backend),
+      c_(model.config),
+      mla_params_(c_.mla()),
+      moe_params_(c_.moe()),
+      dump_(std::move(dump)),
+      experts_(model) {}
+
+void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
+  const LayerWeights& w = model_.weights.layers[static_cast<size_t>(il)];
+  const int64_t D = c_.n_embd;
+  float* x = x_.grow<float>(be_, n_rows * D);
+  float* cur = cur_.grow<float>(be_, n_rows * D);
+  float* mix = mix_.grow<float>(be_, n_rows * D);
+
+  be_.rms_norm(x, w.attn_norm.data(), cur, n_rows, D, c_.rms_eps);
+  dump_("attn_norm", il, cur, {n_rows, D});
+  mla_block(be_, mla_params_, w.mla, il, segs, cur, n_rows, mix, mla_, dump_);
+  be_.add(x, mix, n_rows * D);
+  dump_("ffn_inp", il, x, {n_rows, D});
+
+  be_.rms_norm(x, w.ffn_norm.data(), cur, n_rows, D, c_.rms_eps);
+  dump_("ffn_norm", il, cur, {n_rows, D});
+  if (c_.dense_layer(il)) ffn_block(be_, w.ffn, il, cur, n_rows, mix, ffn_, dump_);
+  else moe_block(be_, moe_params_, w.moe, experts_, il, cur, n_rows, mix, moe_, dump_);
+  be_.add(x, mix, n_rows * D);
+  dump_("l_out", il, x, {n_rows, D});
+}
+
+const std::vector<float>& Forward::run(std::vector<SeqInput>& batch) {
+  const int64_t D = c_.n_embd, V = c_.n_vocab;
+  if (batch.empty()) fail("forward: empty batch");
+  int64_t n_rows = 0;
+  for (const SeqInput& s : batch) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    if (n == 0) fail("forward: a sequence has no new tokens");
+    if (s.state->n_past() + n > s.state->n_ctx())
+      fail("context overflow: %lld tokens in the sequence + %lld new > context size %lld (raise -c)",
+           static_cast<long long>(s.state->n_past()), static_cast<long long>(n),
+           static_cast<long long>(s.state->n_ctx()));
+    for (int32_t t : s.tokens)
+      if (t < 0 || t >= V) fail("token id %d is out of range (vocabulary size %lld)", t, static_cast<long long>(V));
+    n_rows += n;
+  }
+  std::vector<Segment> segs;
+  float* x = x_.grow<float>(be_, n_rows * D);
+  const Linear& emb = model_.weights.token_embd;
+  int64_t row = 0;
+  TERN_PROFILE(prof_embd, "embed", n_rows * emb.row_bytes);
+  for (SeqInput& s : batch) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    s.state->begin_forward(n);
+    segs.push_back({s.state, row, n});
+    be_.get_rows(emb, s.tokens.data(), n, x + row * D);
+    row += n;
+  }
+  prof_embd.done();
+  dump_("inp_embd", -1, x, {n_rows, D});
+
+  for (int il = 0; il < c_.n_layer; ++il) layer(il, segs, n_rows);
+  for (const Segment& sg : segs) sg.state->advance(sg.n_tokens);
+
+  out_index_.clear();
+  hid_index_.clear();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Segment& sg = segs[i];
+    const int64_t first = batch[i].all_logits ? 0 : sg.n_tokens - 1;
+    for (int64_t t = first; t < sg.n_tokens; ++t) out_index_.push_back(sg.row0 + t);
+    if (batch[i].hidden)
+      for (int64_t t = 0; t < sg.n_tokens; ++t) hid_index_.push_back(sg.row0 + t);
+  }
+  const int64_t n_out = static_cast<int64_t>(out_index_.size());
+  TERN_PROFILE(prof_head, "lm_head", model_.weights.output.bytes());
+  float* nx = normed_.grow<float>(be_, n_rows * D);
+  be_.rms_norm(x, model_.weights.output_norm.data(), nx, n_rows, D, c_.rms_eps);
+  float* rows = out_rows_.grow<float>(be_, n_out * D);
+  be_.gather_rows(nx, out_index_.data(), n_out, D, rows);
+  dump_("result_norm", -1, rows, {n_out, D});
+  hidden_.clear();
+  if (!hid_index_.empty()) {
+    const int64_t n_hid = static_cast<int64_t>(hid_index_.size());
+    float* hid = hid_rows_.grow<float>(be_, n_hid * D);
+    be_.gather_rows(nx, hid_index_.data(), n_hid, D, hid);
+    hidden_.resize(static_cast<size_t>(n_hid * D));
+    hid_rows_.read(hidden_.data(), hidden_.size() * sizeof(float));
+  }
+  float* logits = logits_dev_.grow<float>(be_, n_out * V);
+  be_.matmul(model_.weights.output, rows, n_out, logits);
+  dump_("result_output", -1, logits, {n_out, V});
+  logits_.resize(static_cast<size_t>(n_out * V));
+  logits_dev_.read(logits_.data(), logits_.size() * sizeof(float));
+  return logits_;
+}
+
+}  // namespace tern::models::glm_dsa

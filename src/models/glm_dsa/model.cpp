@@ -1,0 +1,107 @@
+#include "models/glm_dsa/model.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "formats/hybrid_layers.h"
+
+namespace tern::models::glm_dsa {
+
+ModelInfo model_info(const Config& c) {
+  ModelInfo i;
+  i.arch = c.arch;
+  i.n_layer = c.n_layer;
+  i.n_embd = c.n_embd;
+  i.n_vocab = c.n_vocab;
+  i.n_ctx_train = c.n_ctx_train;
+  i.n_expert = c.n_expert;
+  i.n_expert_used = c.n_expert_used;
+  i.n_mtp = c.n_nextn;
+  char s[200];
+  std::snprintf(s, sizeof s, "%lld layers (MLA, %lld with their own indexer top-%lld), %lld dense, %lld experts top-%lld",
+                static_cast<long long>(c.n_layer), static_cast<long long>(c.n_full_indexer_layers()),
+                static_cast<long long>(c.idx_topk), static_cast<long long>(c.n_dense),
+                static_cast<long long>(c.n_expert), static_cast<long long>(c.n_expert_used));
+  i.summary = s;
+  return i;
+}
+
+StateShape state_shape(const Config& c) {
+  StateShape s(static_cast<size_t>(c.n_layer));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    LayerStateShape& l = s[static_cast<size_t>(i)];
+    l.n_head_kv = 1;
+    l.head_dim = c.kv_lora + c.rope;
+    l.v_dim = c.idx_full[static_cast<size_t>(i)] ? c.idx_dim : 0;
+  }
+  return s;
+}
+
+// Forward scratch per batch row (floats), mirroring the buffers Forward and the blocks grow: the residual stream and
+// norms, the MLA block's projections, absorbed queries and per-head outputs, the indexer's, the MoE block's (router,
+// every (token, expert) pair's SwiGLU rows and the shared expert) or the dense FFN's; the logits twice.
+uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
+  const int64_t D = c.n_embd, H = c.n_head, dc = c.kv_lora + c.rope;
+  const int64_t mla = c.q_lora + H * (c.nope + c.rope) + 3 * dc + c.rope + H * dc + c.nope + 3 * c.kv_lora +
+                      H * c.kv_lora + c.v_head + H * c.v_head;
+  const int64_t idx = c.idx_heads * c.idx_dim + c.idx_dim + c.idx_heads + 2 * c.idx_topk;
+  const int64_t jobs = c.n_expert_used + (c.n_ff_shexp > 0 ? 1 : 0);
+  const int64_t F = std::max(c.n_ff_exp, c.n_ff_shexp);
+  const int64_t moe = c.n_expert + 2 * c.n_expert_used + jobs * (D + 2 * F) + 2 * D + 1;
+  const int64_t ffn = std::max(moe, 2 * c.n_ff);
+  const int64_t per_row = 6 * D + mla + idx + ffn;
+  const int64_t logits = 2 * c.n_vocab * n_parallel;
+  return static_cast<uint64_t>((per_row * rows + logits) * 4);
+}
+
+WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool repack_experts) {
+  WeightBytes w;
+  const int64_t n_blocks = c.n_layer + (c.n_nextn > 0 ? 1 : 0);
+  w.expert_bytes.assign(static_cast<size_t>(n_blocks), 0);
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const int64_t il = gguf::block_index(t.name);
+    if (il >= n_blocks) continue;
+    w.repacked |= tensor_repacked(t, c, repack, repack_experts);
+    const uint64_t bytes = resident_tensor_bytes(t, c, repack, repack_experts);
+    if (il == c.n_layer) w.mtp += bytes;
+    if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
+      w.experts += bytes;
+      w.expert_bytes[static_cast<size_t>(il)] += bytes / static_cast<uint64_t>(std::max<int64_t>(c.n_expert, 1));
+    } else {
+      w.dense += bytes;
+    }
+  }
+  return w;
+}
+
+LoadedModel::LoadedModel(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be)
+    : m_(glm_dsa::Model::load(std::move(file), std::move(be))), info_(model_info(m_->config)) {}
+
+RepackReport LoadedModel::repack(RepackScope scope) {
+  if (fwd_) fail("internal: repack after start");
+  return m_->repack(scope);
+}
+
+void LoadedModel::start(TensorDump dump, int64_t expert_slots) {
+  if (expert_slots > 0)
+    fail("%s: streaming routed experts (a memory budget below the model's size) is not implemented for glm-dsa yet; "
+         "run without --mem-budget or with one that holds the whole model", m_->file->name().c_str());
+  fwd_ = std::make_unique<Forward>(*m_, std::move(dump));
+}
+
+const std::vector<float>& LoadedModel::forward(std::vector<SeqInput>& batch) {
+  if (!fwd_) fail("internal: forward before start");
+  return fwd_->run(batch);
+}
+
+const std::vector<float>& LoadedModel::hidden() const {
+  if (!fwd_) fail("internal: hidden before start");
+  return fwd_->hidden();
+}
+
+const std::vector<float>& LoadedModel::forward_draft(std::vector<DraftInput>&) {
+  fail("%s: drafting with glm-dsa's MTP block is not implemented yet", m_->file->name().c_str());
+}
+
+}  // namespace tern::models::glm_dsa

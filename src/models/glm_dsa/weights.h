@@ -1,0 +1,58 @@
+// GLM-5 weights: the only place that knows the glm-dsa tensor names and shapes (GGUF as llama.cpp's converter
+// writes them; contract section 2). Matrices are zero-copy views into the mapped file; norms and biases f32.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "formats/gguf.h"
+#include "models/blocks/ffn.h"
+#include "models/blocks/linear.h"
+#include "models/blocks/mla.h"
+#include "models/blocks/moe.h"
+#include "models/glm_dsa/config.h"
+#include "models/model.h"
+
+namespace tern::models::glm_dsa {
+
+struct LayerWeights {
+  backend::Floats attn_norm, ffn_norm;  // [n_embd]
+  MlaWeights mla;
+  FfnWeights ffn;  // the leading dense layers
+  MoeWeights moe;  // the others
+};
+
+// The NextN (MTP) block at index n_layer: loaded and checked, not run yet (drafting is the MTP issue's).
+struct MtpWeights {
+  Linear eh_proj;                         // {2 * n_embd, n_embd}
+  backend::Floats enorm, hnorm, head_norm;
+};
+
+struct Weights {
+  Linear token_embd, output;  // {n_embd, n_vocab}
+  backend::Floats output_norm;
+  std::vector<LayerWeights> layers;  // [n_layer], then the MTP block's decoder layer when the file has one
+  bool has_mtp = false;
+  MtpWeights mtp;
+  std::vector<std::string> unused;
+
+  static Weights load(const gguf::File& f, const Config& c, backend::Backend& be);  // throws Error naming the tensor
+};
+
+// The memory planner's figure for one tensor, by the same rules as Model::repack.
+bool tensor_repacked(const gguf::TensorInfo& t, const Config& c, bool repack, bool repack_experts);
+uint64_t resident_tensor_bytes(const gguf::TensorInfo& t, const Config& c, bool repack, bool repack_experts);
+
+struct Model {
+  std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<gguf::File> file;
+  Config config;
+  Weights weights;
+  RepackScope repack_scope = RepackScope::kNone;
+  std::vector<std::unique_ptr<backend::Buffer>> repacked;
+  static std::unique_ptr<Model> load(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be = nullptr);
+  RepackReport repack(RepackScope scope);
+};
+
+}  // namespace tern::models::glm_dsa

@@ -1,0 +1,269 @@
+// GLM-5 (glm-dsa: MLA + the sparse-attention indexer + sigmoid-routed MoE) vs references: transformers fp32
+// (ref_hf.json, GlmMoeDsaForCausalLM's own forward) and llama.cpp on the same GGUF, on the random-weight fixtures of
+// tools/make_glm_fixtures.py: glm5-toy (every layer its own indexer) and glm52-toy (GLM-5.2's full / shared indexer
+// layers), with index_topk small so long prompts drop keys. Plus the state properties a server relies on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "model_refs.h"
+#include "models/registry.h"
+#include "models/sequence_state.h"
+#include "runtime/sampler.h"
+
+namespace fs = std::filesystem;
+using namespace tern;
+using models::Model;
+using models::RepackScope;
+using models::SeqInput;
+using models::SequenceState;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kModels = fs::path(TERN_FIXTURES_DIR) / "models";
+
+struct Case {
+  std::string preset, type;
+  bool repack = false;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.preset << "." << c.type << (c.repack ? " repacked" : ""); }
+
+std::vector<Case> glm_cases() {
+  std::vector<Case> cs;
+  if (!fs::exists(kModels)) return cs;
+  for (const auto& e : fs::directory_iterator(kModels)) {
+    if (e.path().extension() != ".gguf") continue;
+    if (gguf::File::open(e.path().string()).get_str("general.architecture") != "glm-dsa") continue;
+    const std::string stem = e.path().stem().string();
+    const size_t dot = stem.rfind('.');
+    const std::string type = stem.substr(dot + 1);
+    cs.push_back({stem.substr(0, dot), type, false});
+    if (type != "f32" && type != "f16" && type != "bf16") cs.push_back({stem.substr(0, dot), type, true});
+  }
+  std::sort(cs.begin(), cs.end(), [](const Case& a, const Case& b) {
+    return std::tie(a.preset, a.type, a.repack) < std::tie(b.preset, b.type, b.repack);
+  });
+  return cs;
+}
+
+std::unique_ptr<Model> load(const fs::path& gguf, bool repack) {
+  auto m = models::load_model(gguf.string());
+  if (repack) m->repack(RepackScope::kAll);
+  m->start({}, 0);
+  return m;
+}
+
+std::vector<float> teacher_forced(Model& m, const std::vector<int32_t>& tokens, ops::KvType kv = ops::KvType::kF32) {
+  SequenceState st(m.backend(), m.state_shape(), 512, kv);
+  std::vector<SeqInput> b(1);
+  b[0].state = &st;
+  b[0].tokens = tokens;
+  b[0].all_logits = true;
+  return m.forward(b);
+}
+
+std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n_new) {
+  SequenceState st(m.backend(), m.state_shape(), 512, ops::KvType::kF32);
+  std::vector<SeqInput> b(1);
+  b[0].state = &st;
+  b[0].tokens = prompt;
+  std::vector<int32_t> out;
+  for (int i = 0; i < n_new; ++i) {
+    const auto& lg = m.forward(b);
+    const int32_t t = runtime::argmax(lg.data(), m.info().n_vocab);
+    out.push_back(t);
+    b[0].tokens = {t};
+  }
+  return out;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, double(std::fabs(a[i] - b[i])));
+  return a.size() == b.size() ? d : INFINITY;
+}
+
+// The longest prompt of a reference (the one whose later rows select fewer keys than they could).
+std::vector<int32_t> longest_prompt(const fs::path& ref) {
+  std::vector<int32_t> best;
+  for (const auto& p : test::read_prompts(ref))
+    if (p.tokens.size() > best.size()) best = p.tokens;
+  return best;
+}
+
+class GlmFixture : public ::testing::TestWithParam<Case> {
+ protected:
+  fs::path gguf() const { return kModels / (GetParam().preset + "." + GetParam().type + ".gguf"); }
+  fs::path dir() const { return kModels / GetParam().preset; }
+  bool exact_weights() const { return GetParam().type == "f32" || GetParam().type == "f16" || GetParam().type == "bf16"; }
+  std::unique_ptr<Model> model() const { return load(gguf(), GetParam().repack); }
+};
+
+TEST_P(GlmFixture, MatchesTransformers) {
+  if (!exact_weights()) GTEST_SKIP() << "quantized weights: compared with llama.cpp, not transformers";
+  auto m = model();
+  test::expect_logits_match_transformers([&](const std::vector<int32_t>& t) { return teacher_forced(*m, t); },
+                                         m->info().n_vocab, dir() / "ref_hf.json");
+}
+
+TEST_P(GlmFixture, GreedyMatchesTransformers) {
+  if (!exact_weights()) GTEST_SKIP() << "quantized weights: compared with llama.cpp, not transformers";
+  auto m = model();
+  const json ref = test::read_json(dir() / "ref_hf.json");
+  std::map<std::string, std::vector<int32_t>> prompts;
+  for (const auto& p : ref["prompts"]) prompts[p["name"]] = p["tokens"].get<std::vector<int32_t>>();
+  ASSERT_FALSE(ref["greedy"].empty());
+  for (const auto& g : ref["greedy"]) {
+    const std::vector<int32_t> want = g["tokens"].get<std::vector<int32_t>>();
+    EXPECT_EQ(greedy(*m, prompts.at(g["prompt"]), static_cast<int>(want.size())), want) << "prompt " << g["prompt"];
+  }
+}
+
+TEST_P(GlmFixture, MatchesLlamaCpp) {
+  const fs::path ref = dir() / ("ref_llamacpp_" + GetParam().type + ".json");
+  if (!fs::exists(ref)) GTEST_SKIP() << "no llama.cpp reference recorded for " << ref.filename();
+  auto m = model();
+  test::expect_logits_match_llamacpp([&](const std::vector<int32_t>& t) { return teacher_forced(*m, t); },
+                                     m->info().n_vocab, ref, exact_weights(), GetParam().preset + "." + GetParam().type);
+}
+
+// A prompt fed in pieces (a prefill, then one token at a time past index_topk, where the indexer starts dropping
+// keys) gives the one-shot logits: the cached latent rows and indexer keys are what a single pass computes.
+// Tolerance: f32 sums in the matmuls are ordered per batch size, so rows may differ by rounding only.
+TEST_P(GlmFixture, PrefillThenDecodeEqualsOneShot) {
+  auto m = model();
+  const std::vector<int32_t> p = longest_prompt(dir() / "ref_hf.json");
+  ASSERT_GE(p.size(), 40u);
+  const int64_t V = m->info().n_vocab;
+  const std::vector<float> one = teacher_forced(*m, p);
+  SequenceState st(m->backend(), m->state_shape(), 512, ops::KvType::kF32);
+  std::vector<SeqInput> b(1);
+  b[0].state = &st;
+  b[0].all_logits = true;
+  std::vector<float> pieces;
+  size_t i = 0;
+  for (size_t n : {size_t(7), size_t(1), size_t(3)}) {
+    b[0].tokens.assign(p.begin() + i, p.begin() + i + n);
+    const auto& lg = m->forward(b);
+    pieces.insert(pieces.end(), lg.begin(), lg.end());
+    i += n;
+  }
+  for (; i < p.size(); ++i) {
+    b[0].tokens = {p[i]};
+    const auto& lg = m->forward(b);
+    pieces.insert(pieces.end(), lg.begin(), lg.end());
+  }
+  ASSERT_EQ(pieces.size(), p.size() * V);
+  EXPECT_LE(max_abs_diff(pieces, one), 1e-3) << "pieces vs one shot";
+  for (size_t t = 0; t < p.size(); ++t)
+    EXPECT_EQ(runtime::argmax(pieces.data() + t * V, V), runtime::argmax(one.data() + t * V, V)) << "row " << t;
+}
+
+// Several sequences in one forward (continuous batching) give each one's logits alone: the indexer's keys, scores
+// and top-k never mix sequences (ik_llama.cpp's first indexer aliased its mask across a batch).
+TEST_P(GlmFixture, BatchedSequencesEqualAlone) {
+  auto m = model();
+  const std::vector<int32_t> a = longest_prompt(dir() / "ref_hf.json");
+  std::vector<int32_t> b(a.rbegin(), a.rend());  // another long sequence, different keys
+  b.resize(a.size() - 9);
+  const std::vector<float> la = teacher_forced(*m, a), lb = teacher_forced(*m, b);
+  SequenceState sa(m->backend(), m->state_shape(), 512, ops::KvType::kF32),
+      sb(m->backend(), m->state_shape(), 512, ops::KvType::kF32);
+  std::vector<SeqInput> batch(2);
+  batch[0] = {&sa, a, true};
+  batch[1] = {&sb, b, true};
+  const std::vector<float> both = m->forward(batch);
+  const int64_t V = m->info().n_vocab;
+  ASSERT_EQ(both.size(), (a.size() + b.size()) * V);
+  EXPECT_LE(max_abs_diff(std::vector<float>(both.begin(), both.begin() + la.size()), la), 1e-3);
+  EXPECT_LE(max_abs_diff(std::vector<float>(both.begin() + la.size(), both.end()), lb), 1e-3);
+  // ... and decoding both on together afterwards too.
+  batch[0] = {&sa, {a[3]}, false};
+  batch[1] = {&sb, {b[5]}, false};
+  const std::vector<float> step = m->forward(batch);
+  std::vector<int32_t> a2 = a, b2 = b;
+  a2.push_back(a[3]);
+  b2.push_back(b[5]);
+  const std::vector<float> la2 = teacher_forced(*m, a2), lb2 = teacher_forced(*m, b2);
+  EXPECT_LE(max_abs_diff(std::vector<float>(step.begin(), step.begin() + V),
+                         std::vector<float>(la2.end() - V, la2.end())), 1e-3);
+  EXPECT_LE(max_abs_diff(std::vector<float>(step.begin() + V, step.end()),
+                         std::vector<float>(lb2.end() - V, lb2.end())), 1e-3);
+}
+
+// The prefix cache's snapshot / restore and speculative decoding's rollback carry the latent rows and the indexer
+// keys: continuing after either gives the logits of never having left.
+TEST_P(GlmFixture, SnapshotRestoreAndRollback) {
+  auto m = model();
+  const std::vector<int32_t> p = longest_prompt(dir() / "ref_hf.json");
+  const size_t half = p.size() / 2;
+  SequenceState st(m->backend(), m->state_shape(), 512, ops::KvType::kF16);
+  std::vector<SeqInput> b(1);
+  b[0] = {&st, std::vector<int32_t>(p.begin(), p.begin() + half), false};
+  m->forward(b);
+  const models::StateSnapshot snap = st.snapshot();
+  b[0].tokens.assign(p.begin() + half, p.end());
+  const std::vector<float> want = m->forward(b);
+  st.reset();
+  st.restore(snap);
+  const std::vector<float> got = m->forward(b);
+  EXPECT_EQ(got, want) << "restored snapshot";
+  // Rollback: three wrong tokens, stepped back, then the right ones.
+  st.rollback(static_cast<int64_t>(half));
+  b[0].tokens = {p[1], p[2], p[3]};
+  m->forward(b);
+  st.rollback(static_cast<int64_t>(half));
+  b[0].tokens.assign(p.begin() + half, p.end());
+  EXPECT_EQ(m->forward(b), want) << "after rollback";
+}
+
+TEST_P(GlmFixture, ContextOverflowIsAnError) {
+  auto m = model();
+  SequenceState st(m->backend(), m->state_shape(), 8, ops::KvType::kF32);
+  std::vector<SeqInput> b(1);
+  b[0] = {&st, std::vector<int32_t>(9, 1), false};
+  EXPECT_THROW(m->forward(b), Error);
+  EXPECT_EQ(st.n_past(), 0);
+  b[0].tokens = {static_cast<int32_t>(m->info().n_vocab)};
+  EXPECT_THROW(m->forward(b), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GlmFixture, ::testing::ValuesIn(glm_cases()), [](const auto& info) {
+  std::string n = info.param.preset + "_" + info.param.type + (info.param.repack ? "_x8" : "");
+  for (char& ch : n)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+});
+
+}  // namespace
+
+// Both shapes are committed: without them the tests above would silently run nothing.
+TEST(GlmFixtures, Present) {
+  std::set<std::string> presets;
+  for (const Case& c : glm_cases()) presets.insert(c.preset);
+  EXPECT_TRUE(presets.count("glm5-toy")) << "expected tests/fixtures/models/glm5-toy.*.gguf";
+  EXPECT_TRUE(presets.count("glm52-toy")) << "expected tests/fixtures/models/glm52-toy.*.gguf";
+}
+
+// The references are discriminating: on each fixture's long prompt the indexer drops keys, and transformers with
+// index_topk raised past the prompt gives logits farther from the sparse ones than the comparison's tolerance.
+TEST(GlmFixtures, IndexerChangesTheReference) {
+  for (const char* preset : {"glm5-toy", "glm52-toy"}) {
+    const fs::path ref = kModels / preset / "ref_hf.json";
+    if (!fs::exists(ref)) continue;
+    const json j = test::read_json(ref);
+    ASSERT_TRUE(j.contains("indexer_effect")) << preset;
+    const json& e = j["indexer_effect"]["len120"];
+    EXPECT_GT(e["max_abs_logit_diff"].get<double>(), 0.5) << preset;
+    EXPECT_GT(e["rows_with_other_argmax"].get<int>(), 0) << preset;
+  }
+}
