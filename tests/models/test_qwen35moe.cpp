@@ -29,6 +29,7 @@ namespace fs = std::filesystem;
 using namespace tern;
 using namespace tern::models::qwen35moe;
 using tern::models::ExpertCacheStats;
+using tern::models::ExpertStore;
 using tern::models::RepackScope;
 using tern::models::SeqInput;
 using tern::models::SequenceState;
@@ -474,7 +475,7 @@ TEST_P(ModelFixture, SameLogitsAtAnyExpertCacheSize) {
     return out;
   };
   const std::vector<float> mapped = run(0, nullptr);
-  const size_t one_expert_all_layers = ExpertStore::cache_bytes(*model, 1);
+  const size_t one_expert_all_layers = ExpertStore::cache_bytes(model->expert_layout(), 1);
   for (int64_t slots : {int64_t{1}, int64_t{2}, c.n_expert}) {
     if (slots > c.n_expert) continue;
     ExpertCacheStats s;
@@ -487,19 +488,19 @@ TEST_P(ModelFixture, SameLogitsAtAnyExpertCacheSize) {
     EXPECT_LE(uses, steps * layers * static_cast<uint64_t>(std::min<int64_t>(c.n_expert, c.n_expert_used * 10)));
     if (slots == c.n_expert) EXPECT_LE(s.misses, layers * static_cast<uint64_t>(c.n_expert)) << "a full cache re-read";
     // Bytes read: each miss reads one expert of its layer, so between the smallest and largest expert size.
-    const std::vector<size_t> per_layer = ExpertStore::expert_bytes_per_layer(*model);
+    const std::vector<size_t> per_layer = ExpertStore::expert_bytes_per_layer(model->expert_layout());
     const size_t lo = *std::min_element(per_layer.begin(), per_layer.end());
     const size_t hi = *std::max_element(per_layer.begin(), per_layer.end());
     EXPECT_GE(s.bytes_read, s.misses * lo);
     EXPECT_LE(s.bytes_read, s.misses * hi);
-    EXPECT_EQ(ExpertStore::cache_bytes(*model, slots), one_expert_all_layers * static_cast<size_t>(slots));
+    EXPECT_EQ(ExpertStore::cache_bytes(model->expert_layout(), slots), one_expert_all_layers * static_cast<size_t>(slots));
   }
 }
 
 TEST_P(ModelFixture, ExpertCacheSizeIsChecked) {
   auto model = load();
-  EXPECT_THROW(ExpertStore(*model, 0), Error);
-  EXPECT_THROW(ExpertStore(*model, model->config.n_expert + 1), Error);
+  EXPECT_THROW(ExpertStore(model->expert_layout(), 0), Error);
+  EXPECT_THROW(ExpertStore(model->expert_layout(), model->config.n_expert + 1), Error);
 }
 
 // Largest |a - b| and largest |b| over two logit arrays of one size.

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
-#include "models/qwen35moe/expert_store.h"
+#include "models/expert_store.h"
 #include "models/qwen35moe/model.h"
 #include "models/qwen35moe/state.h"
 #include "runtime/engine.h"
@@ -17,7 +17,7 @@
 namespace fs = std::filesystem;
 using namespace tern;
 using namespace tern::runtime;
-using models::qwen35moe::ExpertStore;
+using models::ExpertStore;
 using models::qwen35moe::Model;
 using models::RepackReport;
 using models::RepackScope;
@@ -63,7 +63,7 @@ TEST_P(PlanFixture, WeightFiguresMatchTheLoadedModel) {
     EXPECT_EQ(p.dense + p.experts, loaded - rep.file_bytes + rep.bytes) << (repack ? "repacked" : "file layout");
     auto streamed = Model::load(path());
     streamed->repack(repack ? RepackScope::kDense : RepackScope::kNone);
-    const std::vector<size_t> per_layer = ExpertStore::expert_bytes_per_layer(*streamed);
+    const std::vector<size_t> per_layer = ExpertStore::expert_bytes_per_layer(streamed->expert_layout());
     ASSERT_EQ(p.expert_bytes.size(), per_layer.size());
     for (size_t i = 0; i < per_layer.size(); ++i) EXPECT_EQ(p.expert_bytes[i], per_layer[i]) << "layer " << i;
     SequenceState st(*m->backend, models::qwen35moe::state_shape(m->config), 256, ops::KvType::kF16);
@@ -79,14 +79,14 @@ TEST_P(PlanFixture, BudgetBuysTheSlotsItCanHold) {
   const models::qwen35moe::Shape shape(*m->file);
   const MemoryPlan free_plan = plan_memory(shape, request(256));
   const uint64_t fixed = free_plan.dense + free_plan.state + free_plan.buffers + free_plan.runtime;
-  const uint64_t slot = ExpertStore::cache_bytes(*m, 1);
+  const uint64_t slot = ExpertStore::cache_bytes(m->expert_layout(), 1);
   // Exactly three slots' worth above the fixed part (plus less than one more slot) -> 3 per layer.
   if (c.n_expert > 3) {
     const MemoryPlan p = plan_memory(shape, request(256, fixed + 3 * slot + slot / 2));
     EXPECT_TRUE(p.fits);
     EXPECT_TRUE(p.streamed);
     EXPECT_EQ(p.slots, 3);
-    EXPECT_EQ(p.expert_cache, ExpertStore::cache_bytes(*m, 3));
+    EXPECT_EQ(p.expert_cache, ExpertStore::cache_bytes(m->expert_layout(), 3));
     EXPECT_LE(p.total(), p.budget);
   }
   // A budget holding everything keeps the experts mapped.

@@ -6,20 +6,15 @@
 
 namespace tern::models::glm_dsa {
 
-ExpertMatrices MappedExperts::get(int il, int64_t e) {
-  const MoeWeights& w = m_.weights.layers[static_cast<size_t>(il)].moe;
-  const Config& c = m_.config;
-  return {w.expert_gate(e, c.n_ff_exp), w.expert_up(e, c.n_ff_exp), w.expert_down(e, c.n_embd)};
-}
-
-Forward::Forward(const Model& model, TensorDump dump)
+Forward::Forward(const Model& model, TensorDump dump, int64_t expert_slots)
     : model_(model),
       be_(*model.backend),
       c_(model.config),
       mla_params_(c_.mla()),
       moe_params_(c_.moe()),
       dump_(std::move(dump)),
-      experts_(model) {}
+      experts_(expert_slots > 0 ? std::make_unique<ExpertStore>(model.expert_layout(), expert_slots)
+                                : std::make_unique<ExpertStore>(model.expert_layout())) {}
 
 void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
   const LayerWeights& w = model_.weights.layers[static_cast<size_t>(il)];
@@ -37,7 +32,7 @@ void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
   be_.rms_norm(x, w.ffn_norm.data(), cur, n_rows, D, c_.rms_eps);
   dump_("ffn_norm", il, cur, {n_rows, D});
   if (c_.dense_layer(il)) ffn_block(be_, w.ffn, il, cur, n_rows, mix, ffn_, dump_);
-  else moe_block(be_, moe_params_, w.moe, experts_, il, cur, n_rows, mix, moe_, dump_);
+  else moe_block(be_, moe_params_, w.moe, *experts_, il, cur, n_rows, mix, moe_, dump_);
   be_.add(x, mix, n_rows * D);
   dump_("l_out", il, x, {n_rows, D});
 }

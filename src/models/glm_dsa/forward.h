@@ -13,22 +13,12 @@
 
 namespace tern::models::glm_dsa {
 
-// Routed experts read from the mapped file (streaming is not implemented for glm-dsa yet).
-class MappedExperts : public ExpertSource {
- public:
-  explicit MappedExperts(const Model& m) : m_(m) {}
-  bool streamed() const override { return false; }
-  ExpertMatrices get(int il, int64_t e) override;
-  bool resident(int, int64_t) const override { return true; }
-  void prefetch(int, const int32_t*, int64_t, const int32_t*, int64_t) override {}
-
- private:
-  const Model& m_;
-};
-
 class Forward {
  public:
-  explicit Forward(const Model& model, TensorDump dump = {});
+  // expert_slots: 0 reads routed experts from the mapped file; N >= 1 streams them through a cache of N experts per
+  // layer (models/expert_store.h). Outputs are identical either way.
+  explicit Forward(const Model& model, TensorDump dump = {}, int64_t expert_slots = 0);
+  const ExpertStore& experts() const { return *experts_; }
   // One forward over every sequence's new tokens (models/model.h Model::forward).
   const std::vector<float>& run(std::vector<SeqInput>& batch);
   const std::vector<float>& hidden() const { return hidden_; }
@@ -42,7 +32,7 @@ class Forward {
   const MlaParams mla_params_;
   const MoeParams moe_params_;
   TensorDump dump_;
-  MappedExperts experts_;
+  std::unique_ptr<ExpertStore> experts_;
   Scratch x_, cur_, mix_, out_rows_, logits_dev_, normed_, hid_rows_;
   std::vector<int64_t> out_index_, hid_index_;
   std::vector<float> logits_, hidden_;

@@ -58,7 +58,7 @@ uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
 WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool repack_experts) {
   WeightBytes w;
   const int64_t n_blocks = c.n_layer + (c.n_nextn > 0 ? 1 : 0);
-  w.expert_bytes.assign(static_cast<size_t>(n_blocks), 0);
+  w.expert_bytes.assign(static_cast<size_t>(c.n_layer), 0);  // the MTP block is not run: mapped, never streamed
   for (const gguf::TensorInfo& t : f.tensors()) {
     const int64_t il = gguf::block_index(t.name);
     if (il >= n_blocks) continue;
@@ -67,7 +67,7 @@ WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool
     if (il == c.n_layer) w.mtp += bytes;
     if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
       w.experts += bytes;
-      w.expert_bytes[static_cast<size_t>(il)] += bytes / static_cast<uint64_t>(std::max<int64_t>(c.n_expert, 1));
+      if (il < c.n_layer) w.expert_bytes[static_cast<size_t>(il)] += bytes / static_cast<uint64_t>(std::max<int64_t>(c.n_expert, 1));
     } else {
       w.dense += bytes;
     }
@@ -84,10 +84,7 @@ RepackReport LoadedModel::repack(RepackScope scope) {
 }
 
 void LoadedModel::start(TensorDump dump, int64_t expert_slots) {
-  if (expert_slots > 0)
-    fail("%s: streaming routed experts (a memory budget below the model's size) is not implemented for glm-dsa yet; "
-         "run without --mem-budget or with one that holds the whole model", m_->file->name().c_str());
-  fwd_ = std::make_unique<Forward>(*m_, std::move(dump));
+  fwd_ = std::make_unique<Forward>(*m_, std::move(dump), expert_slots);
 }
 
 const std::vector<float>& LoadedModel::forward(std::vector<SeqInput>& batch) {

@@ -53,9 +53,9 @@ class LoadedModel : public models::Model {
   const std::vector<float>& hidden() const override;
   bool can_draft() const override { return false; }
   const std::vector<float>& forward_draft(std::vector<DraftInput>& batch) override;
-  bool experts_streamed() const override { return false; }
-  int64_t expert_slots() const override { return 0; }
-  ExpertCacheStats expert_stats() const override { return {}; }
+  bool experts_streamed() const override { return fwd_ && fwd_->experts().streamed(); }
+  int64_t expert_slots() const override { return fwd_ ? fwd_->experts().slots() : 0; }
+  ExpertCacheStats expert_stats() const override { return fwd_ ? fwd_->experts().stats() : ExpertCacheStats{}; }
 
  private:
   std::unique_ptr<glm_dsa::Model> m_;

@@ -136,6 +136,20 @@ RepackReport Model::repack(RepackScope scope) {
   return R.report();
 }
 
+ExpertLayout Model::expert_layout() const {
+  ExpertLayout x;
+  x.backend = backend.get();
+  x.file = file.get();
+  for (int64_t i = 0; i < config.n_layer; ++i)  // the MTP block is not run: no slots for it
+    x.layers.push_back(config.dense_layer(i) ? nullptr : &weights.layers[static_cast<size_t>(i)].moe);
+  x.n_expert = config.n_expert;
+  x.n_ff_exp = config.n_ff_exp;
+  x.n_embd = config.n_embd;
+  x.repack_scope = repack_scope;
+  x.rows_grouped = experts_grouped(config);
+  return x;
+}
+
 std::unique_ptr<Model> Model::load(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be) {
   auto m = std::make_unique<Model>();
   m->backend = be ? std::move(be) : backend::make_backend("cpu");

@@ -11,6 +11,7 @@
 #include "models/blocks/linear.h"
 #include "models/blocks/mla.h"
 #include "models/blocks/moe.h"
+#include "models/expert_store.h"
 #include "models/glm_dsa/config.h"
 #include "models/model.h"
 
@@ -53,6 +54,8 @@ struct Model {
   std::vector<std::unique_ptr<backend::Buffer>> repacked;
   static std::unique_ptr<Model> load(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be = nullptr);
   RepackReport repack(RepackScope scope);
+  // The routed experts, for an ExpertStore (models/expert_store.h).
+  ExpertLayout expert_layout() const;
 };
 
 }  // namespace tern::models::glm_dsa

@@ -17,8 +17,8 @@ Forward::Forward(const Model& model, TensorDump dump, int64_t expert_slots)
       dn_params_(c_.deltanet()),
       moe_params_(c_.moe()),
       dump_(std::move(dump)),
-      experts_(expert_slots > 0 ? std::make_unique<ExpertStore>(model, expert_slots)
-                                : std::make_unique<ExpertStore>(model)) {}
+      experts_(expert_slots > 0 ? std::make_unique<ExpertStore>(model.expert_layout(), expert_slots)
+                                : std::make_unique<ExpertStore>(model.expert_layout())) {}
 
 void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
   const LayerWeights& w = model_.weights.layers[il];

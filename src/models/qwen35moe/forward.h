@@ -10,7 +10,7 @@
 #include "models/blocks/moe.h"
 #include "models/dump.h"
 #include "models/model.h"
-#include "models/qwen35moe/expert_store.h"
+#include "models/expert_store.h"
 #include "models/qwen35moe/state.h"
 #include "models/qwen35moe/weights.h"
 

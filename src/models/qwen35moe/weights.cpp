@@ -246,6 +246,19 @@ uint64_t draft_vocab_bytes(const gguf::File& f, const Config& c, bool repack) {
 
 bool Model::expert_rows_grouped() const { return qwen35moe::expert_rows_grouped(config); }
 
+ExpertLayout Model::expert_layout() const {
+  ExpertLayout x;
+  x.backend = backend.get();
+  x.file = file.get();
+  for (const LayerWeights& l : weights.layers) x.layers.push_back(config.dense() ? nullptr : &l.moe);
+  x.n_expert = config.n_expert;
+  x.n_ff_exp = config.n_ff_exp;
+  x.n_embd = config.n_embd;
+  x.repack_scope = repack_scope;
+  x.rows_grouped = expert_rows_grouped();
+  return x;
+}
+
 RepackReport Model::repack(RepackScope scope) {
   if (repack_scope != RepackScope::kNone) fail("internal: model repacked twice");
   repack_scope = scope;

@@ -14,6 +14,7 @@
 #include "models/blocks/ffn.h"
 #include "models/blocks/linear.h"
 #include "models/blocks/moe.h"
+#include "models/expert_store.h"
 #include "models/model.h"
 #include "models/qwen35moe/config.h"
 
@@ -90,6 +91,8 @@ struct Model {
   RepackReport repack(RepackScope scope);
   // Whether routed experts stay on 8-row groups when sliced per expert (n_ff_exp and n_embd multiples of 8).
   bool expert_rows_grouped() const;
+  // The routed experts, for an ExpertStore (models/expert_store.h).
+  ExpertLayout expert_layout() const;
 };
 
 }  // namespace tern::models::qwen35moe

@@ -19,18 +19,32 @@
 #include <thread>
 #include <vector>
 
+#include "backend/backend.h"
+#include "formats/gguf.h"
 #include "models/blocks/linear.h"
-#include "models/qwen35moe/weights.h"
+#include "models/blocks/moe.h"
+#include "models/model.h"
 
-namespace tern::models::qwen35moe {
+namespace tern::models {
+
+// Where a model's routed experts are: its MoE layers' weights (null for a layer without routed experts), their
+// geometry, the file they are mapped from and how the model was repacked. Architecture-independent.
+struct ExpertLayout {
+  backend::Backend* backend = nullptr;
+  const gguf::File* file = nullptr;
+  std::vector<const MoeWeights*> layers;  // [layer]
+  int64_t n_expert = 0, n_ff_exp = 0, n_embd = 0;
+  RepackScope repack_scope = RepackScope::kNone;
+  bool rows_grouped = false;  // n_ff_exp and n_embd whole 8-row groups: a slot's expert can be repacked
+};
 
 class ExpertStore : public ExpertSource {
  public:
   // Mapped mode.
-  explicit ExpertStore(const Model& model);
+  explicit ExpertStore(const ExpertLayout& model);
   // Streamed mode with `slots` experts cached per MoE layer (1 <= slots <= n_expert). Opens the model file
   // for reading; throws Error naming it.
-  ExpertStore(const Model& model, int64_t slots);
+  ExpertStore(const ExpertLayout& model, int64_t slots);
   ~ExpertStore();
   ExpertStore(const ExpertStore&) = delete;
   ExpertStore& operator=(const ExpertStore&) = delete;
@@ -48,8 +62,8 @@ class ExpertStore : public ExpertSource {
 
   // Bytes of one expert (gate + up + down) in each layer as a slot holds it (repacked when the model is), and of
   // `slots` such buffers over all layers: the memory planner's figures, computed from the weights alone.
-  static std::vector<size_t> expert_bytes_per_layer(const Model& model);
-  static size_t cache_bytes(const Model& model, int64_t slots);
+  static std::vector<size_t> expert_bytes_per_layer(const ExpertLayout& model);
+  static size_t cache_bytes(const ExpertLayout& model, int64_t slots);
 
  private:
   enum class SlotState : uint8_t { kReady, kLoading, kFailed };
@@ -69,7 +83,7 @@ class ExpertStore : public ExpertSource {
     int64_t e;
   };
   ExpertMatrices mapped(int il, int64_t e) const;
-  static ExpertMatrices slot_views(const Model& model, const ExpertMatrices& file, uint8_t* slot);
+  static ExpertMatrices slot_views(const ExpertLayout& model, const ExpertMatrices& file, uint8_t* slot);
   int32_t victim(int il, uint64_t protect_from);  // LRU slot not in flight, not fresh, not used since protect_from
   int32_t claim(int il, int64_t e, int32_t slot); // assigns expert e to slot (evicting its owner), counts a miss
   void read_expert(int il, int32_t slot, int64_t e);  // on the calling thread
@@ -77,7 +91,7 @@ class ExpertStore : public ExpertSource {
   void read_exact(uint8_t* dst, const uint8_t* src_in_map, size_t n);
   void reader_loop();
 
-  const Model& model_;
+  const ExpertLayout model_;  // a copy: callers pass a temporary
   int fd_ = -1;
   int64_t slots_ = 0;
   uint64_t clock_ = 0;
@@ -90,4 +104,4 @@ class ExpertStore : public ExpertSource {
   std::thread reader_;
 };
 
-}  // namespace tern::models::qwen35moe
+}  // namespace tern::models

@@ -1,4 +1,4 @@
-#include "models/qwen35moe/expert_store.h"
+#include "models/expert_store.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,15 +9,14 @@
 
 #include "core/error.h"
 
-namespace tern::models::qwen35moe {
+namespace tern::models {
 
-ExpertStore::ExpertStore(const Model& model) : model_(model) {}
+ExpertStore::ExpertStore(const ExpertLayout& model) : model_(model) {}
 
-ExpertStore::ExpertStore(const Model& model, int64_t slots) : model_(model), slots_(slots) {
-  const Config& c = model.config;
-  if (slots < 1 || slots > c.n_expert)
+ExpertStore::ExpertStore(const ExpertLayout& model, int64_t slots) : model_(model), slots_(slots) {
+  if (slots < 1 || slots > model.n_expert)
     fail("expert cache: %lld slots per layer, expected 1..%lld (the model's expert count)",
-         static_cast<long long>(slots), static_cast<long long>(c.n_expert));
+         static_cast<long long>(slots), static_cast<long long>(model.n_expert));
   if (model.repack_scope == RepackScope::kAll)
     fail("internal: experts repacked at load cannot be streamed (repack with RepackScope::kDense)");
   const std::string& path = model.file->name();
@@ -30,8 +29,9 @@ ExpertStore::ExpertStore(const Model& model, int64_t slots) : model_(model), slo
     Layer& L = layers_[il];
     L.expert_bytes = bytes[il];
     // Large buffers are anonymous mappings: pages stay unbacked until an expert is read into them.
+    if (bytes[il] == 0) continue;  // a layer without routed experts
     L.arena = model.backend->alloc(backend::BufferKind::kWeights, bytes[il] * n);
-    L.slot_of.assign(static_cast<size_t>(c.n_expert), -1);
+    L.slot_of.assign(static_cast<size_t>(model.n_expert), -1);
     L.owner.assign(n, -1);
     L.last_use.assign(n, 0);
     L.fresh.assign(n, 0);
@@ -55,8 +55,8 @@ ExpertStore::~ExpertStore() {
 
 // The views of an expert held in a slot: gate, up and down back to back, each repacked when the model is
 // repacked and the matrix can be (else the file's bytes).
-ExpertMatrices ExpertStore::slot_views(const Model& model, const ExpertMatrices& file, uint8_t* slot) {
-  const bool repack = model.repack_scope != RepackScope::kNone && model.expert_rows_grouped();
+ExpertMatrices ExpertStore::slot_views(const ExpertLayout& model, const ExpertMatrices& file, uint8_t* slot) {
+  const bool repack = model.repack_scope != RepackScope::kNone && model.rows_grouped;
   ExpertMatrices x = file;
   size_t off = 0;
   for (Linear* m : {&x.gate, &x.up, &x.down}) {
@@ -67,28 +67,31 @@ ExpertMatrices ExpertStore::slot_views(const Model& model, const ExpertMatrices&
   return x;
 }
 
-std::vector<size_t> ExpertStore::expert_bytes_per_layer(const Model& model) {
-  const Config& c = model.config;
+std::vector<size_t> ExpertStore::expert_bytes_per_layer(const ExpertLayout& model) {
   std::vector<size_t> out;
-  for (const LayerWeights& l : model.weights.layers) {
-    const MoeWeights& m = l.moe;
+  for (const MoeWeights* m : model.layers) {
+    if (!m) {  // no routed experts in this layer: no slots
+      out.push_back(0);
+      continue;
+    }
     const ExpertMatrices x = slot_views(
-        model, {m.expert_gate(0, c.n_ff_exp), m.expert_up(0, c.n_ff_exp), m.expert_down(0, c.n_embd)}, nullptr);
+        model, {m->expert_gate(0, model.n_ff_exp), m->expert_up(0, model.n_ff_exp), m->expert_down(0, model.n_embd)},
+        nullptr);
     out.push_back(x.gate.bytes() + x.up.bytes() + x.down.bytes());
   }
   return out;
 }
 
-size_t ExpertStore::cache_bytes(const Model& model, int64_t slots) {
+size_t ExpertStore::cache_bytes(const ExpertLayout& model, int64_t slots) {
   size_t total = 0;
   for (size_t b : expert_bytes_per_layer(model)) total += b * static_cast<size_t>(slots);
   return total;
 }
 
 ExpertMatrices ExpertStore::mapped(int il, int64_t e) const {
-  const Config& c = model_.config;
-  const MoeWeights& m = model_.weights.layers[il].moe;
-  return {m.expert_gate(e, c.n_ff_exp), m.expert_up(e, c.n_ff_exp), m.expert_down(e, c.n_embd)};
+  const MoeWeights* m = il >= 0 && il < static_cast<int>(model_.layers.size()) ? model_.layers[static_cast<size_t>(il)] : nullptr;
+  if (!m) fail("internal: layer %d has no routed experts (%zu layers)", il, model_.layers.size());
+  return {m->expert_gate(e, model_.n_ff_exp), m->expert_up(e, model_.n_ff_exp), m->expert_down(e, model_.n_embd)};
 }
 
 int32_t ExpertStore::victim(int il, uint64_t protect_from) {
@@ -241,4 +244,4 @@ void ExpertStore::read_exact(uint8_t* dst, const uint8_t* src_in_map, size_t n) 
   }
 }
 
-}  // namespace tern::models::qwen35moe
+}  // namespace tern::models
