@@ -1,5 +1,5 @@
-// `tern convert HF_DIR -o OUT.gguf --type TYPE`: a Qwen3.5-MoE Hugging Face checkpoint to GGUF, equivalent to
-// llama.cpp's convert_hf_to_gguf.py (+ llama-quantize for the K-quant mixes). See docs/CONVERT.md.
+// `tern convert HF_DIR -o OUT.gguf --type TYPE`: a Qwen3.5 / Qwen3-Next or GLM-5 Hugging Face checkpoint to GGUF,
+// equivalent to llama.cpp's convert_hf_to_gguf.py (+ llama-quantize for the K-quant mixes). See docs/CONVERT.md.
 #include <csignal>
 #include <unistd.h>
 
@@ -32,8 +32,8 @@ static RunFn setup_convert(CLI::App& app) {
   app.add_option("--type", o->type, "Output type: " + convert::file_type_list())->capture_default_str();
   app.add_option("--expert-type", o->expert_type, "Type for routed-expert tensors (ffn_*_exps), e.g. q4_k");
   app.add_flag("--no-mtp", o->c.no_mtp,
-               "Drop the multi-token-prediction block (mtp.*); by default it is written as block n_layer with the "
-               "nextn keys, as llama.cpp's converter does");
+               "Drop the multi-token-prediction block (Qwen mtp.*, GLM-5 model.layers.N >= num_hidden_layers); by "
+               "default it is written as block n_layer with the nextn keys, as llama.cpp's converter does");
   app.add_flag("--dry-run", o->c.dry_run, "Print the plan (tensor counts, output size per type); write nothing");
   app.add_option("--vocab-pre", o->c.vocab_pre, "tokenizer.ggml.pre value (default: detected from tokenizer.json)");
   app.add_option("--name", o->c.name, "general.name (default: the input directory's base name)");
@@ -68,6 +68,7 @@ static RunFn setup_convert(CLI::App& app) {
   };
 }
 
-TERN_COMMAND(convert, "convert", "Convert a Qwen3.5-MoE Hugging Face checkpoint to GGUF", setup_convert);
+TERN_COMMAND(convert, "convert", "Convert a Qwen3.5 / Qwen3-Next / GLM-5 Hugging Face checkpoint to GGUF",
+             setup_convert);
 
 }  // namespace tern::cli

@@ -7,9 +7,15 @@
 #include <algorithm>
 #include <map>
 
+#include "convert/contract_detail.h"
 #include "core/error.h"
 
 namespace tern::convert {
+
+using detail::fill;
+using detail::match;
+using detail::src_label;
+using detail::starts_with;
 
 namespace {
 
@@ -74,44 +80,12 @@ const std::vector<Rule> kRules = {
     {"norm.weight", "blk.{N}.nextn.shared_head_norm.weight", S::kMtpHead, X::kNormPlusOne, R::kNone, kShH},
 };
 
-bool parse_index(const std::string& s, size_t& i, int64_t& out) {
-  const size_t st = i;
-  int64_t v = 0;
-  while (i < s.size() && s[i] >= '0' && s[i] <= '9' && i - st < 9) v = v * 10 + (s[i++] - '0');
-  if (i == st || (s[st] == '0' && i - st > 1)) return false;
-  out = v;
-  return true;
-}
-
-// Matches `name` against a pattern with {L} / {E} placeholders (decimal, no leading zeros).
-bool match(const char* pat, const std::string& name, int64_t& L, int64_t& E) {
-  size_t i = 0;
-  for (const char* p = pat; *p;) {
-    if (p[0] == '{' && (p[1] == 'L' || p[1] == 'E') && p[2] == '}') {
-      if (!parse_index(name, i, p[1] == 'L' ? L : E)) return false;
-      p += 3;
-    } else {
-      if (i >= name.size() || name[i] != *p) return false;
-      ++i, ++p;
-    }
-  }
-  return i == name.size();
-}
-
-std::string fill(const char* pat, int64_t L) {
-  std::string s = pat;
-  for (const char* ph : {"{L}", "{N}"})
-    if (size_t at = s.find(ph); at != std::string::npos) s.replace(at, 3, std::to_string(L));
-  return s;
-}
-
-bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
-
 }  // namespace
 
 const std::vector<Rule>& qwen35moe_rules() { return kRules; }
 
 std::vector<int64_t> expected_shape(const Rule& r, const HParams& h) {
+  if (h.glm()) return expected_shape_glm(r, h);
   const int64_t H = h.n_embd, E = h.n_expert, F = h.n_ff_exp, Fs = h.n_ff_shexp;
   switch (r.shape_id) {
     case kShH: return {H};
@@ -145,6 +119,7 @@ std::vector<int64_t> expected_shape(const Rule& r, const HParams& h) {
 }
 
 Classified classify(const std::string& full, const HParams& hp, bool keep_mtp) {
+  if (hp.glm()) return classify_glm(full, hp, keep_mtp);
   Classified c;
   std::string name = full;
   bool mtp = false;
@@ -216,62 +191,17 @@ int64_t OutTensor::n_elements() const {
   return n;
 }
 
-namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string o = "[";
-  for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
-  return o + "]";
-}
-
-std::string src_label(const Checkpoint& ck, const SourceTensor& s) {
-  return ck.files[s.file]->name() + ": tensor '" + s.name + "'";
-}
-
-// Per-expert keys of one layer, gathered until all n_expert * 3 are present (Qwen2MoeModel.modify_tensors).
-struct ExpertGroup {
-  std::map<std::string, std::vector<const SourceTensor*>> by_proj;  // "gate"/"up"/"down" -> [n_expert]
-  size_t count = 0;
-};
-
-}  // namespace
-
 Plan make_plan(const Checkpoint& ck, bool keep_mtp) {
+  if (ck.hp.glm()) return make_plan_glm(ck, keep_mtp);
   const HParams& hp = ck.hp;
   Plan plan;
-  std::vector<std::string> unknown;
-  std::vector<std::pair<const SourceTensor*, Classified>> conv;
-  for (const SourceTensor& s : ck.tensors) {
-    Classified c = classify(s.name, hp, keep_mtp);
-    switch (c.cls) {
-      case TensorClass::kSkipMtp: ++plan.n_skipped_mtp; break;
-      case TensorClass::kSkipVisual: ++plan.n_skipped_visual; break;
-      case TensorClass::kUnknown: unknown.push_back(s.name + (c.why.empty() ? "" : " (" + c.why + ")")); break;
-      case TensorClass::kConvert: conv.emplace_back(&s, std::move(c)); break;
-    }
-  }
-  if (!unknown.empty()) {
-    std::string list;
-    for (const std::string& u : unknown) list += "\n  " + u;
-    fail("%s: %zu tensor name(s) not in the %s contract:%s", ck.dir.c_str(), unknown.size(), hp.arch.c_str(),
-         list.c_str());
-  }
-  // Dtype and shape of every converted source, before any data is read.
-  for (auto& [s, c] : conv) {
-    const auto dt = s->info->dtype;
-    if (dt != safetensors::DType::F32 && dt != safetensors::DType::F16 && dt != safetensors::DType::BF16)
-      fail("%s: dtype %s is not supported (supported: F32, F16, BF16)", src_label(ck, *s).c_str(),
-           safetensors::dtype_name(dt));
-    const std::vector<int64_t> want = expected_shape(*c.rule, hp);
-    if (s->info->shape != want)
-      fail("%s: shape %s, expected %s from config.json", src_label(ck, *s).c_str(), s->info->shape_str().c_str(),
-           shape_str(want).c_str());
+  plan.keep_mtp = keep_mtp;
+  auto conv = detail::classify_all(ck, keep_mtp, plan);
+  for (auto& [s, c] : conv)
     if (c.layer >= hp.n_layer) plan.n_mtp_layers = std::max(plan.n_mtp_layers, c.layer - hp.n_layer + 1);
-  }
-  plan.n_sources_converted = conv.size();
   plan.block_count = hp.n_layer + plan.n_mtp_layers;
 
-  std::map<int64_t, ExpertGroup> groups;
+  std::map<int64_t, detail::ExpertGroup> groups;
   std::map<std::string, const SourceTensor*> done;  // GGUF name -> first source (duplicate detection)
   auto emit = [&](OutTensor t, const SourceTensor* s) {
     if (auto it = done.find(t.name); it != done.end())
@@ -290,29 +220,7 @@ Plan make_plan(const Checkpoint& ck, bool keep_mtp) {
     t.shape = s->info->shape;
     t.srcs = {s};
     if (c.expert >= 0) {
-      if (c.expert >= hp.n_expert)
-        fail("%s: expert index %lld >= num_experts %lld", src_label(ck, *s).c_str(), static_cast<long long>(c.expert),
-             static_cast<long long>(hp.n_expert));
-      ExpertGroup& g = groups[c.layer];
-      auto& v = g.by_proj[t.name];
-      v.resize(static_cast<size_t>(hp.n_expert), nullptr);
-      v[static_cast<size_t>(c.expert)] = s;
-      if (++g.count < static_cast<size_t>(hp.n_expert) * 3) continue;
-      for (const char* proj : {"ffn_down_exps", "ffn_gate_exps", "ffn_up_exps"}) {
-        const std::string gname = "blk." + std::to_string(c.layer) + "." + proj + ".weight";
-        auto it = g.by_proj.find(gname);
-        if (it == g.by_proj.end()) fail("%s: layer %lld: per-expert %s keys missing", ck.dir.c_str(), static_cast<long long>(c.layer), proj);
-        OutTensor st;
-        st.name = gname;
-        st.layer = c.layer;
-        st.combine = Combine::kStackExperts;
-        st.srcs = it->second;
-        for (const SourceTensor* e : st.srcs)
-          if (!e) fail("%s: layer %lld: %s has a missing expert", ck.dir.c_str(), static_cast<long long>(c.layer), proj);
-        st.shape = {hp.n_expert, st.srcs[0]->info->shape[0], st.srcs[0]->info->shape[1]};
-        emit(std::move(st), s);
-      }
-      groups.erase(c.layer);
+      for (OutTensor& st : detail::gather_expert(groups, ck, hp, t, c.expert, s)) emit(std::move(st), s);
       continue;
     }
     if (r.shape_id == kShE2FH) {  // gate_up_proj [E, 2F, H] -> gate [E, F, H], up [E, F, H]
@@ -339,9 +247,7 @@ Plan make_plan(const Checkpoint& ck, bool keep_mtp) {
     if (r.shape_id == kShConv) t.shape = {t.shape[0], t.shape[2]};  // squeeze [C, 1, K] -> [C, K]
     emit(std::move(t), s);
   }
-  for (auto& [layer, g] : groups)
-    fail("%s: layer %lld: %zu of %lld per-expert tensors present", ck.dir.c_str(), static_cast<long long>(layer),
-         g.count, static_cast<long long>(hp.n_expert * 3));
+  detail::check_experts_complete(groups, ck, hp);
 
   // Completeness: every layer has its tensors (a missing one would otherwise surface only at load time).
   std::vector<std::string> missing;
@@ -379,11 +285,7 @@ Plan make_plan(const Checkpoint& ck, bool keep_mtp) {
                             "nextn.shared_head_norm.weight"})
         need(b + n);
   }
-  if (!missing.empty()) {
-    std::string list;
-    for (size_t i = 0; i < missing.size() && i < 20; ++i) list += "\n  " + missing[i];
-    fail("%s: %zu GGUF tensor(s) have no source in the checkpoint:%s", ck.dir.c_str(), missing.size(), list.c_str());
-  }
+  detail::fail_missing(ck, missing);
   return plan;
 }
 

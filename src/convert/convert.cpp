@@ -167,6 +167,11 @@ void remove_temp_on_signal() {
 
 Prepared prepare(const Options& o) {
   Prepared p{Checkpoint::open(o.input_dir), {}, {}, {}};
+  // llama-quantize's mixes have per-architecture rules (MLA kv_b / k_b / v_b, NextN layers) that tern has not
+  // checked against llama.cpp for glm-dsa: refuse rather than write a file that differs from llama.cpp's.
+  if (p.ck.hp.glm() && via_llama_quantize(o.type))
+    fail("--type %s: not supported for glm-dsa (supported: f32, f16, bf16, q8_0 — the types llama.cpp's converter "
+         "writes)", file_type_name(o.type));
   p.plan = make_plan(p.ck, !o.no_mtp);
   p.types = choose_types(p.plan, p.ck.hp, o.type, o.expert_type);
   VocabOptions vo;
@@ -181,12 +186,15 @@ std::string describe_plan(const Prepared& p, const Options& o) {
     << " tensors)\n";
   s << "  converted: " << p.plan.n_sources_converted << " source tensors -> " << p.plan.tensors.size()
     << " GGUF tensors (" << p.plan.block_count << " blocks)\n";
-  s << "  skipped:   " << p.plan.n_skipped_mtp << " mtp.*" << (o.no_mtp ? " (--no-mtp)" : "")
-    << ", " << p.plan.n_skipped_visual << " model.visual.*\n";
+  s << "  mtp:       " << p.plan.n_mtp_sources << " source tensors kept as " << p.plan.n_mtp_layers
+    << " MTP block(s)\n";
+  s << "  skipped:   " << p.plan.n_skipped_mtp << (p.ck.hp.glm() ? " NextN (model.layers.N >= num_hidden_layers)" : " mtp.*")
+    << (o.no_mtp ? " (--no-mtp)" : "") << ", " << p.plan.n_skipped_visual << " model.visual.*\n";
   const uint64_t hdr = header_bytes(p).size();
   s << "output size per --type (header " << hdr << " bytes):\n";
   for (FileType ft : {FileType::F32, FileType::F16, FileType::BF16, FileType::Q8_0, FileType::Q4_0, FileType::Q4_1,
                       FileType::Q5_0, FileType::Q5_1, FileType::Q4_K_M, FileType::Q5_K_M, FileType::Q6_K}) {
+    if (p.ck.hp.glm() && via_llama_quantize(ft)) continue;  // not offered (prepare)
     const auto types = choose_types(p.plan, p.ck.hp, ft, o.expert_type);
     uint64_t total = hdr;
     for (size_t i = 0; i < types.size(); ++i) total += align_up(tensor_bytes(p.plan.tensors[i], types[i]));
@@ -201,14 +209,17 @@ Summary run(const Options& o) {
   Summary sum;
   sum.n_tensors = p.plan.tensors.size();
   sum.n_sources_converted = p.plan.n_sources_converted;
+  sum.n_mtp_sources = p.plan.n_mtp_sources;
+  sum.n_mtp_layers = p.plan.n_mtp_layers;
   sum.n_skipped_mtp = p.plan.n_skipped_mtp;
   sum.n_skipped_visual = p.plan.n_skipped_visual;
   if (o.dry_run) {
     std::fputs(describe_plan(p, o).c_str(), stdout);
     return sum;
   }
-  log::info("convert: %zu tensors (%zu sources; skipped %zu mtp, %zu visual) -> %s as %s", sum.n_tensors,
-            sum.n_sources_converted, sum.n_skipped_mtp, sum.n_skipped_visual, o.output.c_str(), file_type_name(o.type));
+  log::info("convert: %zu tensors (%zu sources, %zu of them in %lld MTP block(s); skipped %zu mtp, %zu visual) -> %s "
+            "as %s", sum.n_tensors, sum.n_sources_converted, sum.n_mtp_sources, static_cast<long long>(sum.n_mtp_layers),
+            sum.n_skipped_mtp, sum.n_skipped_visual, o.output.c_str(), file_type_name(o.type));
   const std::vector<uint8_t> head = header_bytes(p);
   uint64_t total = head.size();
   for (size_t i = 0; i < p.types.size(); ++i) total += align_up(tensor_bytes(p.plan.tensors[i], p.types[i]));

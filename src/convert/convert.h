@@ -1,7 +1,8 @@
-// HF checkpoint -> GGUF conversion for Qwen3.5-MoE (`tern convert`). Streams tensor by tensor: each output
-// tensor is built in one float buffer, encoded, written and its source pages released, so peak memory is a
-// small multiple of the largest tensor. The output goes to OUT.tmp-XXXXXX and is renamed at the end; on any
-// error the temporary file is removed. Non-goals: other architectures, imatrix quantization, split output.
+// HF checkpoint -> GGUF conversion for Qwen3.5-MoE, dense Qwen3.5, Qwen3-Next and GLM-5 (`tern convert`). Streams
+// tensor by tensor: each output tensor is built in one float buffer, encoded, written and its source pages
+// released, so peak memory is a small multiple of the largest tensor. The output goes to OUT.tmp-XXXXXX and is
+// renamed at the end; on any error the temporary file is removed. Non-goals: other architectures, imatrix
+// quantization, split output.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -21,7 +22,8 @@ struct Options {
   std::string output;                          // OUT.gguf
   FileType type = FileType::F16;               // --type
   std::optional<quant::Type> expert_type;      // --expert-type (routed experts)
-  bool no_mtp = false;                         // --no-mtp: drop mtp.* (default: exported as block n_layer + nextn keys)
+  bool no_mtp = false;                         // --no-mtp: drop the MTP block(s) (Qwen mtp.*, GLM model.layers.N >=
+                                               // num_hidden_layers); default: exported as block n_layer + nextn keys
   bool dry_run = false;                        // --dry-run: print the plan, write nothing
   std::string vocab_pre;                       // --vocab-pre: tokenizer.ggml.pre override
   std::string name;                            // general.name; empty = input directory base name
@@ -32,6 +34,8 @@ struct Summary {
   size_t n_tensors = 0;
   uint64_t bytes_written = 0;  // whole file
   size_t n_sources_converted = 0, n_skipped_mtp = 0, n_skipped_visual = 0;
+  size_t n_mtp_sources = 0;    // of n_sources_converted, those of the MTP block(s) kept
+  int64_t n_mtp_layers = 0;    // MTP blocks written (nextn_predict_layers)
 };
 
 // A fully planned conversion (no tensor data read yet).

@@ -1,6 +1,7 @@
 // Metadata keys (provenance in metadata.h). Hyperparameter keys are looked up exactly as llama.cpp's
 // find_hparam does (first key present wins); tokenizer rules follow TextModel.get_vocab_base and
-// gguf-py vocab.py SpecialVocab._try_load_from_tokenizer_json / _try_load_from_config_json.
+// gguf-py vocab.py SpecialVocab._try_load_from_tokenizer_json / _try_load_from_config_json; glm-dsa's keys follow
+// DeepseekV2Model and GlmMoeDsaModel set_gguf_parameters (conversion/deepseek.py, conversion/glm.py).
 #include "convert/metadata.h"
 
 #include <cmath>
@@ -46,13 +47,23 @@ std::string rounded_notation(uint64_t n) {
 struct Ctx {
   KeyValues kv;
   std::string arch = "qwen35moe";
-  void add(const std::string& k, gguf::Node n) { kv.emplace_back(k, std::move(n)); }
+  // gguf-py GGUFWriter.add_key_value: a key written twice keeps its first position and takes the new value
+  // (DeepseekV2Model rewrites attention.key_length / value_length and rope.dimension_count this way).
+  void add(const std::string& k, gguf::Node n) {
+    for (auto& [key, node] : kv)
+      if (key == k) {
+        node = std::move(n);
+        return;
+      }
+    kv.emplace_back(k, std::move(n));
+  }
   void u32(const char* k, uint32_t v) { add(arch + "." + k, gguf::Node::u32(v)); }
   void f32(const char* k, float v) { add(arch + "." + k, gguf::Node::f32(v)); }
 };
 
-void add_hparams(Ctx& c, const Checkpoint& ck, const Plan& plan, FileType ft) {
-  const OJson& h = ck.hparams;
+// TextModel.set_gguf_parameters (through general.file_type). Returns the rope parameters as TextModel.__init__
+// mirrors them (the family parts read partial_rotary_factor, mrope_section, mscale_all_dim from them).
+OJson add_text_model(Ctx& c, const OJson& h, const Plan& plan, FileType ft) {
   OJson rope = OJson::object();
   if (auto it = h.find("rope_parameters"); it != h.end() && it->is_object()) rope = *it;
   else if (auto it2 = h.find("rope_scaling"); it2 != h.end() && it2->is_object()) rope = *it2;
@@ -107,6 +118,12 @@ void add_hparams(Ctx& c, const Checkpoint& ck, const Plan& plan, FileType ft) {
     c.u32("attention.value_length", as_u32(h["head_dim"], "head_dim"));
   }
   c.add("general.file_type", gguf::Node::u32(llama_ftype_id(ft)));
+  return rope;
+}
+
+// Qwen2MoeModel / _QwenMtpMixin / Qwen3NextModel / _Qwen35MRopeMixin set_gguf_parameters after TextModel's.
+void add_qwen(Ctx& c, const Checkpoint& ck, const Plan& plan, const OJson& rope) {
+  const OJson& h = ck.hparams;
   if (h.contains("moe_intermediate_size") && !h["moe_intermediate_size"].is_null()) c.u32("expert_feed_forward_length", as_u32(h["moe_intermediate_size"], "moe_intermediate_size"));
   if (h.contains("shared_expert_intermediate_size") && !h["shared_expert_intermediate_size"].is_null())
     c.u32("expert_shared_feed_forward_length", as_u32(h["shared_expert_intermediate_size"], "shared_expert_intermediate_size"));
@@ -129,6 +146,49 @@ void add_hparams(Ctx& c, const Checkpoint& ck, const Plan& plan, FileType ft) {
     const std::vector<int32_t> def = {11, 11, 10, 0};  // llama.cpp _Qwen35MRopeMixin default
     c.add(c.arch + ".rope.dimension_sections", gguf::Node::array_of<int32_t>(def));
   }
+}
+
+// DeepseekV2Model then GlmMoeDsaModel set_gguf_parameters after TextModel's (spec glm_moe_dsa.md section 12).
+void add_glm(Ctx& c, const Checkpoint& ck, const Plan& plan, const OJson& rope) {
+  const OJson& h = ck.hparams;
+  const HParams& hp = ck.hp;
+  auto u32_of = [&](const char* k) {
+    const auto it = h.find(k);
+    return as_u32(it == h.end() ? OJson() : *it, k);
+  };
+  c.u32("leading_dense_block_count", static_cast<uint32_t>(hp.n_dense_lead));
+  c.u32("vocab_size", u32_of("vocab_size"));
+  c.u32("attention.q_lora_rank", u32_of("q_lora_rank"));
+  c.u32("attention.kv_lora_rank", u32_of("kv_lora_rank"));
+  c.u32("attention.key_length", static_cast<uint32_t>(hp.kv_lora + hp.qk_rope));  // MQA latent [c ; k_rope]
+  c.u32("attention.value_length", static_cast<uint32_t>(hp.kv_lora));
+  c.u32("attention.key_length_mla", static_cast<uint32_t>(hp.qk_nope + hp.qk_rope));
+  c.u32("attention.value_length_mla", static_cast<uint32_t>(hp.v_head_dim));
+  c.u32("expert_feed_forward_length", u32_of("moe_intermediate_size"));
+  c.u32("expert_count", u32_of("n_routed_experts"));
+  const bool has_shared = h.contains("n_shared_experts") && !h["n_shared_experts"].is_null();
+  c.u32("expert_shared_count", has_shared ? u32_of("n_shared_experts") : 0);
+  if (h.contains("routed_scaling_factor") && !h["routed_scaling_factor"].is_null())
+    c.f32("expert_weights_scale", as_f32(h["routed_scaling_factor"], "routed_scaling_factor"));
+  if (h.contains("norm_topk_prob") && h["norm_topk_prob"] == true)
+    c.add(c.arch + ".expert_weights_norm", gguf::Node::boolean(true));
+  c.u32("rope.dimension_count", static_cast<uint32_t>(hp.qk_rope));
+  if (const OJson ms = rope.value("mscale_all_dim", OJson()); !ms.is_null()) {  // [TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]
+    if (!ms.is_number()) fail("config.json: mscale_all_dim = %s is not a number", ms.dump().c_str());
+    c.f32("rope.scaling.yarn_log_multiplier", static_cast<float>(0.1 * ms.get<double>()));
+  }
+  // GlmMoeDsaModel.
+  const OJson prf = rope.value("partial_rotary_factor", OJson(1.0));
+  if (!prf.is_number()) fail("config.json: partial_rotary_factor = %s is not a number", prf.dump().c_str());
+  c.u32("rope.dimension_count",
+        static_cast<uint32_t>(static_cast<int64_t>(static_cast<double>(hp.qk_rope) * prf.get<double>())));
+  if (plan.keep_mtp && h.contains("num_nextn_predict_layers") && !h["num_nextn_predict_layers"].is_null())
+    c.u32("nextn_predict_layers", u32_of("num_nextn_predict_layers"));
+  c.u32("attention.indexer.head_count", u32_of("index_n_heads"));
+  c.u32("attention.indexer.key_length", u32_of("index_head_dim"));
+  c.u32("attention.indexer.top_k", u32_of("index_topk"));
+  if (!hp.indexer_full.empty())  // add_array writes nothing for an empty list
+    c.add(c.arch + ".attention.indexer.types", gguf::Node::array_of_bool(hp.indexer_full));
 }
 
 }  // namespace
@@ -158,7 +218,14 @@ KeyValues build_metadata(const Checkpoint& ck, const Plan& plan, FileType ft, co
   c.add("general.type", gguf::Node::str("model"));
   c.add("general.name", gguf::Node::str(name));
   c.add("general.size_label", gguf::Node::str(size_label(plan)));
-  add_hparams(c, ck, plan, ft);
+  if (ck.hp.glm()) {
+    OJson h = ck.hparams;
+    h["num_key_value_heads"] = 1;  // DeepseekV2Model: MLA is written as MQA (one latent KV head)
+    if (!h.contains("rms_norm_eps")) h["rms_norm_eps"] = 1e-6;
+    add_glm(c, ck, plan, add_text_model(c, h, plan, ft));
+  } else {
+    add_qwen(c, ck, plan, add_text_model(c, ck.hparams, plan, ft));
+  }
   c.add("general.quantization_version", gguf::Node::u32(2));  // GGML_QUANT_VERSION
   for (auto& kv : build_vocab(ck, vo)) c.kv.push_back(std::move(kv));
   return std::move(c.kv);

@@ -1,6 +1,7 @@
-// GGUF metadata for a converted checkpoint, in llama.cpp's key order: general.*, qwen35moe.* hyperparameters
-// (TextModel / Qwen2MoeModel / _QwenMtpMixin / Qwen3NextModel / _Qwen35MRopeMixin set_gguf_parameters), then
-// tokenizer.* (TextModel._set_vocab_gpt2 + gguf-py SpecialVocab). Provenance keys differ on purpose:
+// GGUF metadata for a converted checkpoint, in llama.cpp's key order: general.*, <arch>.* hyperparameters
+// (TextModel, then Qwen2MoeModel / _QwenMtpMixin / Qwen3NextModel / _Qwen35MRopeMixin or DeepseekV2Model /
+// GlmMoeDsaModel set_gguf_parameters), then tokenizer.* (TextModel._set_vocab_gpt2 or _set_vocab_glm + gguf-py
+// SpecialVocab). Provenance keys differ on purpose:
 // general.name is the checkpoint directory's base name (llama.cpp derives a prettified name from the directory
 // and README heuristics) and no general.basename/license/tags/... are written. See docs/CONVERT.md.
 #pragma once

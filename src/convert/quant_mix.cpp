@@ -1,5 +1,6 @@
 // Type rules (see quant_mix.h for provenance). Only the branches reachable for qwen35moe and the file types we
-// offer are implemented; everything else in llama.cpp's tables concerns other architectures or IQ types.
+// offer are implemented; everything else in llama.cpp's tables concerns other architectures or IQ types. For
+// glm-dsa only the converter's types are offered (convert.cpp refuses the llama-quantize ones).
 #include "convert/quant_mix.h"
 
 #include <algorithm>
@@ -51,8 +52,9 @@ int n_dims(const std::vector<int64_t>& ne) {
 Type converter_type(const OutTensor& t, FileType ft) {
   const std::string& n = t.name;
   if (t.shape.size() <= 1 || ends_with(n, "_norm.weight")) return Type::F32;
+  // glm-dsa's indexer.proj (INDEXER_PROJ: "DSA indexer weights should be F32") too.
   if (has(n, "ffn_gate_inp.weight") || has(n, "ffn_gate_inp_shexp.weight") || has(n, "ssm_conv1d.weight") ||
-      !ends_with(n, ".weight"))
+      has(n, ".indexer.proj.weight") || !ends_with(n, ".weight"))
     return Type::F32;
   const Type base = row(ft).base;
   if (base == Type::Q8_0 && t.shape.back() % 32 != 0) return Type::F16;  // gguf-py QuantError -> F16
@@ -149,9 +151,13 @@ std::string file_type_list() {
 }
 uint32_t llama_ftype_id(FileType t) { return row(t).llama_id; }
 
+bool via_llama_quantize(FileType t) {
+  return !(t == FileType::F32 || t == FileType::F16 || t == FileType::BF16 || t == FileType::Q8_0);
+}
+
 std::vector<Type> choose_types(const Plan& plan, const HParams& hp, FileType ft, std::optional<Type> expert_type) {
   std::vector<Type> out;
-  const bool via_quantize = !(ft == FileType::F32 || ft == FileType::F16 || ft == FileType::BF16 || ft == FileType::Q8_0);
+  const bool via_quantize = via_llama_quantize(ft);
   MixState qs;
   qs.n_layer_all = plan.block_count;
   qs.n_expert = hp.n_expert;

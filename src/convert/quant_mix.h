@@ -20,6 +20,7 @@ std::optional<FileType> file_type_from_name(const std::string& s);  // "q4_k_m",
 const char* file_type_name(FileType t);
 std::string file_type_list();         // "f32, f16, ..." for errors and --help
 uint32_t llama_ftype_id(FileType t);  // general.file_type (llama.h enum llama_ftype)
+bool via_llama_quantize(FileType t);  // a llama-quantize mix of the converter's F32 output (not f32/f16/bf16/q8_0)
 
 // Assigns a type to every planned tensor, in plan order (the K-quant mixes count attn_v / ffn_down tensors in
 // file order, as llama-quantize does). expert_type overrides routed-expert tensors (then the shape fallback

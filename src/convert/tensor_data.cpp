@@ -1,6 +1,7 @@
 // Reading, transforming and encoding one output tensor. Arithmetic matches llama.cpp's converter: BF16 sources
 // are widened to F32 first; F16 sources stay F16 in torch, so the +1 and -exp results are rounded to F16 before
-// use. The V-head reorder is the permutation [hk, r, hd] -> [r, hk, hd] of _reorder_v_heads.
+// use. The V-head reorder is the permutation [hk, r, hd] -> [r, hk, hd] of _reorder_v_heads; the MLA kv_b split
+// is DeepseekV2Model's view / split / transpose(1, 2).
 #include <cmath>
 #include <cstring>
 #include <sys/mman.h>
@@ -100,6 +101,22 @@ void materialize(const OutTensor& t, const HParams& hp, std::vector<float>& out)
         for (int64_t g = 0; g < hk; ++g) take(g, 2 * dk, vr);
       } else {
         for (int64_t g = 0; g < hk; ++g) take(g, 2 * dk + vr, vr);
+      }
+      break;
+    }
+    case Combine::kSplitKb:
+    case Combine::kSplitVb: {  // source [nh, nope + v, kv_lora]
+      const int64_t nh = t.shape[0], nope = hp.qk_nope, v = hp.v_head_dim, c = hp.kv_lora;
+      std::vector<float> tmp(static_cast<size_t>(nope * c));
+      for (int64_t h = 0; h < nh; ++h) {
+        if (t.combine == Combine::kSplitVb) {  // rows [nope, nope + v) as they are: [v, kv_lora]
+          read_floats(*t.srcs[0]->info, x + h * v * c, (h * (nope + v) + nope) * c, v * c);
+          continue;
+        }
+        read_floats(*t.srcs[0]->info, tmp.data(), h * (nope + v) * c, nope * c);  // [nope, kv_lora]
+        float* o = x + h * c * nope;                                            // -> [kv_lora, nope]
+        for (int64_t d = 0; d < nope; ++d)
+          for (int64_t j = 0; j < c; ++j) o[j * nope + d] = tmp[static_cast<size_t>(d * c + j)];
       }
       break;
     }

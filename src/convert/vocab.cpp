@@ -1,7 +1,8 @@
 // tokenizer.* keys from tokenizer.json / tokenizer_config.json / config.json, following llama.cpp's
-// TextModel._set_vocab_gpt2 (get_vocab_base) and gguf-py SpecialVocab. tokenizer.ggml.pre: llama.cpp hashes
-// the token ids of a fixed probe string; we cannot tokenize here, so the pre-tokenizer's Split regex is matched
-// against the two regexes Qwen models use (qwen2, qwen35). --vocab-pre overrides (docs/CONVERT.md).
+// TextModel._set_vocab_gpt2 (get_vocab_base) and gguf-py SpecialVocab, plus _set_vocab_glm's special tokens for
+// glm-dsa. tokenizer.ggml.pre: llama.cpp hashes the token ids of a fixed probe string; we cannot tokenize here, so
+// the pre-tokenizer's Split regex is matched against the regexes of the supported families (qwen2, qwen35, glm4).
+// --vocab-pre overrides (docs/CONVERT.md).
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -15,6 +16,12 @@ namespace {
 
 constexpr const char* kQwen2Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// GLM-4/GLM-5 (llama.cpp pre "glm4", type CHATGLM4): digits grouped 1-3, no \p{M} rule; the contractions
+// written either with (?i:...) or, as llama.cpp's CHATGLM4 regex spells them, with explicit case classes.
+constexpr const char* kGlm4Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kGlm4RegexCased =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr const char* kQwen35Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
@@ -45,7 +52,8 @@ std::string detect_pre(const OJson& tok, const std::string& file) {
   }
   if (regexes.size() == 1 && regexes[0] == kQwen2Regex) return "qwen2";
   if (regexes.size() == 1 && regexes[0] == kQwen35Regex) return "qwen35";
-  fail("%s: pre-tokenizer not recognised (known: the qwen2 and qwen35 Split regexes); pass --vocab-pre NAME",
+  if (regexes.size() == 1 && (regexes[0] == kGlm4Regex || regexes[0] == kGlm4RegexCased)) return "glm4";
+  fail("%s: pre-tokenizer not recognised (known: the qwen2, qwen35 and glm4 Split regexes); pass --vocab-pre NAME",
        file.c_str());
 }
 
@@ -54,6 +62,7 @@ const char* id_key(const std::string& typ) {
       {"bos", "tokenizer.ggml.bos_token_id"},     {"eos", "tokenizer.ggml.eos_token_id"},
       {"unk", "tokenizer.ggml.unknown_token_id"}, {"sep", "tokenizer.ggml.seperator_token_id"},
       {"pad", "tokenizer.ggml.padding_token_id"}, {"mask", "tokenizer.ggml.mask_token_id"},
+      {"eot", "tokenizer.ggml.eot_token_id"},     {"eom", "tokenizer.ggml.eom_token_id"},
   };
   auto it = k.find(typ);
   return it == k.end() ? nullptr : it->second;  // cls has no writer handler in gguf-py: skipped
@@ -186,9 +195,25 @@ KeyValues build_vocab(const Checkpoint& ck, const VocabOptions& vo) {
         }
     }
   }
-  const OJson& cfg = ck.hparams;  // text_config merged; SpecialVocab reads the root, then text_config
+  const OJson& cfg = ck.config_json;  // SpecialVocab reads config.json as written: the root, then text_config
   for (const std::string& typ : types) {
-    if (auto it = cfg.find(typ + "_token_id"); it != cfg.end()) set_id(typ, *it);
+    OJson id = cfg.value(typ + "_token_id", OJson());
+    if (id.is_null() && cfg.contains("text_config") && cfg["text_config"].is_object())
+      id = cfg["text_config"].value(typ + "_token_id", OJson());
+    set_id(typ, id);
+  }
+  // _set_vocab_glm: bos [gMASK], eot <|user|>, unk <|endoftext|>, eom <|observation|> from the added tokens, each
+  // only where SpecialVocab left the type unset (its _set_special_token keeps the first value).
+  if (ck.hp.glm()) {
+    const OJson added = tok.contains("added_tokens") ? tok["added_tokens"] : OJson::array();
+    for (const auto& [typ, content] : {std::pair<const char*, const char*>{"bos", "[gMASK]"}, {"eot", "<|user|>"},
+                                       {"unk", "<|endoftext|>"}, {"eom", "<|observation|>"}}) {
+      const OJson* id = nullptr;
+      for (const auto& a : added)
+        if (a.value("content", "") == content) id = &a["id"];
+      if (!id) fail("%s: no added token '%s' (GLM's %s token)", tfile.c_str(), content, typ);
+      set_id(typ, *id);
+    }
   }
   for (auto& [typ, id] : ids)
     if (const char* k = id_key(typ)) kv.emplace_back(k, gguf::Node::u32(static_cast<uint32_t>(id)));

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "convert/checkpoint_edit.h"
 #include "convert/convert.h"
 #include "core/error.h"
 #include "formats/safetensors.h"
@@ -18,35 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace tern;
-
-struct Entry {
-  std::string name, dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-
-std::vector<Entry> load_entries(const std::string& path) {
-  const auto f = safetensors::File::open(path);
-  std::vector<Entry> v;
-  for (const auto& t : f.tensors())
-    v.push_back({t.name, safetensors::dtype_name(t.dtype), t.shape, {t.data, t.data + t.n_bytes()}});
-  return v;
-}
-
-void save_entries(const std::string& path, const std::vector<Entry>& v) {
-  nlohmann::ordered_json h;
-  uint64_t off = 0;
-  for (const Entry& e : v) {
-    h[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {off, off + e.bytes.size()}}};
-    off += e.bytes.size();
-  }
-  const std::string js = h.dump();
-  std::ofstream out(path, std::ios::binary);
-  const uint64_t n = js.size();
-  out.write(reinterpret_cast<const char*>(&n), 8);
-  out << js;
-  for (const Entry& e : v) out.write(reinterpret_cast<const char*>(e.bytes.data()), static_cast<std::streamsize>(e.bytes.size()));
-}
+using test::Entry;
+using test::load_entries;
+using test::save_entries;
 
 // A copy of the odd checkpoint whose tensors `edit` may change; returns the conversion error ("" if none).
 std::string convert_error(const std::function<void(std::vector<Entry>&)>& edit, const std::string& tag) {
