@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "model_refs.h"
+#include "models/glm_dsa/model.h"
 #include "models/registry.h"
 #include "models/sequence_state.h"
 #include "runtime/sampler.h"
@@ -289,4 +290,39 @@ TEST(GlmStreaming, SameLogitsAtAnyExpertCacheSize) {
       EXPECT_GT(st.bytes_read, 0u);
     }
   }
+}
+
+// llama.cpp's F32 run (ref_llamacpp_f32.json, from the F32 conversion, not committed) against the committed F16 file:
+// the fixture's weights are f16-representable, so both files hold the same numbers. llama.cpp computes q_a / kv_a
+// norms with rms_norm_eps (1e-5) where transformers and tern use 1e-6 (contract section 3): ~1.6e-4 in the logits.
+TEST(GlmLlamaCpp, F32RunMatchesTheF16File) {
+  int checked = 0;
+  for (const char* preset : {"glm5-toy", "glm52-toy"}) {
+    const fs::path ref = kModels / preset / "ref_llamacpp_f32.json", gguf = kModels / (std::string(preset) + ".f16.gguf");
+    if (!fs::exists(ref) || !fs::exists(gguf)) continue;
+    auto m = load(gguf, false);
+    test::expect_logits_match_llamacpp([&](const std::vector<int32_t>& t) { return teacher_forced(*m, t); },
+                                       m->info().n_vocab, ref, true, std::string(preset) + ".f32");
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+}
+
+// The state a sequence holds at GLM-5's published geometry (contract section 11): per token and layer the latent row
+// (512 + 64) and the indexer key (128), 1408 bytes at f16: 107.25 KiB per token over 78 layers. GLM-5.2's shared
+// indexer layers keep no keys.
+TEST(GlmState, BytesPerTokenAtGlm5Geometry) {
+  models::glm_dsa::Config c;
+  c.n_layer = 78;
+  c.kv_lora = 512;
+  c.rope = 64;
+  c.idx_dim = 128;
+  c.idx_full.assign(78, true);
+  const int64_t n_ctx = 4096;
+  EXPECT_EQ(SequenceState::bytes_for(models::glm_dsa::state_shape(c), n_ctx, ops::KvType::kF16),
+            size_t(78) * 1408 * n_ctx);
+  for (int64_t i = 0; i < 78; ++i) c.idx_full[static_cast<size_t>(i)] = i < 2 || (i - 2) % 4 == 0;  // GLM-5.2
+  const size_t full = static_cast<size_t>(std::count(c.idx_full.begin(), c.idx_full.end(), true));
+  EXPECT_EQ(SequenceState::bytes_for(models::glm_dsa::state_shape(c), n_ctx, ops::KvType::kF16),
+            (size_t(78) * 1152 + full * 256) * n_ctx);
 }
