@@ -50,6 +50,15 @@ std::vector<std::string> Loader::unused() const {
   return u;
 }
 
+int64_t KeyReader::req(const char* k, int64_t lo, int64_t hi) const {
+  const std::string name = key(k);
+  const int64_t v = static_cast<int64_t>(f.get_u64(name));
+  if (v < lo || v > hi)
+    fail("%s: key %s = %lld, expected %lld..%lld", f.name().c_str(), name.c_str(), static_cast<long long>(v),
+         static_cast<long long>(lo), static_cast<long long>(hi));
+  return v;
+}
+
 std::string blk(int64_t i, const char* name) { return "blk." + std::to_string(i) + "." + name; }
 
 void Repacker::one(Linear& w, bool drop_source) {

@@ -43,6 +43,17 @@ class Loader {
   std::set<std::string> used_;
 };
 
+// <arch>.<key> hyper-parameters, range-checked; errors name the file and the key.
+struct KeyReader {
+  const gguf::File& f;
+  std::string arch;
+  std::string key(const char* k) const { return arch + "." + k; }
+  int64_t req(const char* k, int64_t lo, int64_t hi) const;                 // throws when absent or out of range
+  int64_t opt(const char* k, int64_t dflt, int64_t lo, int64_t hi) const {  // dflt when absent
+    return f.find(key(k)) ? req(k, lo, hi) : dflt;
+  }
+};
+
 // "blk.<i>.<name>"
 std::string blk(int64_t i, const char* name);
 

@@ -4,27 +4,14 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/loader.h"
 
 namespace tern::models::glm_dsa {
 
 namespace {
 
+// Sane upper bounds, so a lying file cannot ask for absurd allocations before tensor shapes are checked.
 constexpr int64_t kMaxLayers = 4096, kMaxWidth = 1 << 20, kMaxHeads = 4096, kMaxExperts = 1 << 16;
-
-struct Reader {
-  const gguf::File& f;
-  std::string arch;
-  std::string key(const char* k) const { return arch + "." + k; }
-  int64_t req(const char* k, int64_t lo, int64_t hi) const {
-    const std::string name = key(k);
-    const int64_t v = static_cast<int64_t>(f.get_u64(name));
-    if (v < lo || v > hi)
-      fail("%s: key %s = %lld, expected %lld..%lld", f.name().c_str(), name.c_str(), static_cast<long long>(v),
-           static_cast<long long>(lo), static_cast<long long>(hi));
-    return v;
-  }
-  int64_t opt(const char* k, int64_t dflt, int64_t lo, int64_t hi) const { return f.find(key(k)) ? req(k, lo, hi) : dflt; }
-};
 
 }  // namespace
 
@@ -66,7 +53,7 @@ Config Config::from_gguf(const gguf::File& f) {
   Config c;
   c.arch = std::string(f.get_str("general.architecture"));
   if (c.arch != "glm-dsa") fail("%s: architecture '%s' is not GLM-5 (glm-dsa)", f.name().c_str(), c.arch.c_str());
-  const Reader r{f, c.arch};
+  const KeyReader r{f, c.arch};
   const int64_t n_block = r.req("block_count", 1, kMaxLayers);
   c.n_nextn = r.opt("nextn_predict_layers", 0, 0, n_block - 1);
   c.n_layer = n_block - c.n_nextn;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "models/loader.h"
 #include "formats/gguf.h"
 
 namespace tern::models::qwen35moe {
@@ -16,21 +17,6 @@ namespace {
 // Sane upper bounds, so a lying file cannot ask for absurd allocations before tensor shapes are checked.
 constexpr int64_t kMaxLayers = 4096, kMaxWidth = 1 << 20, kMaxHeads = 4096, kMaxExperts = 1 << 16;
 
-struct Reader {
-  const gguf::File& f;
-  std::string arch;
-  std::string key(const char* k) const { return arch + "." + k; }
-  int64_t req(const char* k, int64_t lo, int64_t hi) const {
-    std::string name = key(k);
-    int64_t v = static_cast<int64_t>(f.get_u64(name));
-    if (v < lo || v > hi) fail("%s: key %s = %lld, expected %lld..%lld", f.name().c_str(), name.c_str(),
-                               static_cast<long long>(v), static_cast<long long>(lo), static_cast<long long>(hi));
-    return v;
-  }
-  int64_t opt(const char* k, int64_t dflt, int64_t lo, int64_t hi) const {
-    return f.find(key(k)) ? req(k, lo, hi) : dflt;
-  }
-};
 
 }  // namespace
 
@@ -40,7 +26,7 @@ Config Config::from_gguf(const gguf::File& f) {
   if (c.arch != "qwen35moe" && c.arch != "qwen35" && c.arch != "qwen3next")
     fail("%s: architecture '%s' is not a Qwen3.5/Qwen3-Next model (qwen35moe, qwen35, qwen3next)", f.name().c_str(),
          c.arch.c_str());
-  Reader r{f, c.arch};
+  KeyReader r{f, c.arch};
   const int64_t n_block = r.req("block_count", 1, kMaxLayers);
   c.n_nextn = r.opt("nextn_predict_layers", 0, 0, n_block - 1);
   c.n_layer = n_block - c.n_nextn;

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/profile.h"
+#include "models/batch_io.h"
 
 namespace tern::models::qwen35moe {
 
@@ -45,31 +46,10 @@ void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
 const std::vector<float>& Forward::run(std::vector<SeqInput>& batch) {
   const int64_t D = c_.n_embd, V = c_.n_vocab;
   // Validate everything before touching any state.
-  if (batch.empty()) fail("forward: empty batch");
-  int64_t n_rows = 0;
-  for (const SeqInput& s : batch) {
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    if (n == 0) fail("forward: a sequence has no new tokens");
-    if (s.state->n_past() + n > s.state->n_ctx())
-      fail("context overflow: %lld tokens in the sequence + %lld new > context size %lld (raise -c)",
-           static_cast<long long>(s.state->n_past()), static_cast<long long>(n),
-           static_cast<long long>(s.state->n_ctx()));
-    for (int32_t t : s.tokens)
-      if (t < 0 || t >= V) fail("token id %d is out of range (vocabulary size %lld)", t, static_cast<long long>(V));
-    n_rows += n;
-  }
-  std::vector<Segment> segs;
+  const int64_t n_rows = check_batch(batch, V);
   float* x = x_.grow<float>(be_, n_rows * D);
-  const Linear& emb = model_.weights.token_embd;
-  int64_t row = 0;
-  TERN_PROFILE(prof_embd, "embed", n_rows * emb.row_bytes);
-  for (SeqInput& s : batch) {
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    s.state->begin_forward(n);
-    segs.push_back({s.state, row, n});
-    be_.get_rows(emb, s.tokens.data(), n, x + row * D);
-    row += n;
-  }
+  TERN_PROFILE(prof_embd, "embed", n_rows * model_.weights.token_embd.row_bytes);
+  const std::vector<Segment> segs = embed_batch(be_, model_.weights.token_embd, batch, D, x);
   prof_embd.done();
   dump_("inp_embd", -1, x, {n_rows, D});
 
@@ -77,15 +57,7 @@ const std::vector<float>& Forward::run(std::vector<SeqInput>& batch) {
   for (const Segment& sg : segs) sg.state->advance(sg.n_tokens);
 
   // Rows that need logits (and hidden states), then the final norm and LM head over just those.
-  out_index_.clear();
-  hid_index_.clear();
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const Segment& sg = segs[i];
-    const int64_t first = batch[i].all_logits ? 0 : sg.n_tokens - 1;
-    for (int64_t t = first; t < sg.n_tokens; ++t) out_index_.push_back(sg.row0 + t);
-    if (batch[i].hidden)
-      for (int64_t t = 0; t < sg.n_tokens; ++t) hid_index_.push_back(sg.row0 + t);
-  }
+  output_rows(batch, segs, out_index_, hid_index_);
   TERN_PROFILE(prof_head, "lm_head", model_.weights.output.bytes());
   return head(model_.weights.output, model_.weights.output_norm.data(), n_rows, !hid_index_.empty());
 }

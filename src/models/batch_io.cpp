@@ -1,0 +1,53 @@
+#include "models/batch_io.h"
+
+#include "core/error.h"
+#include "models/sequence_state.h"
+
+namespace tern::models {
+
+int64_t check_batch(const std::vector<SeqInput>& batch, int64_t n_vocab) {
+  if (batch.empty()) fail("forward: empty batch");
+  int64_t n_rows = 0;
+  for (const SeqInput& s : batch) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    if (n == 0) fail("forward: a sequence has no new tokens");
+    if (s.state->n_past() + n > s.state->n_ctx())
+      fail("context overflow: %lld tokens in the sequence + %lld new > context size %lld (raise -c)",
+           static_cast<long long>(s.state->n_past()), static_cast<long long>(n),
+           static_cast<long long>(s.state->n_ctx()));
+    for (int32_t t : s.tokens)
+      if (t < 0 || t >= n_vocab)
+        fail("token id %d is out of range (vocabulary size %lld)", t, static_cast<long long>(n_vocab));
+    n_rows += n;
+  }
+  return n_rows;
+}
+
+std::vector<Segment> embed_batch(backend::Backend& be, const Linear& embeddings, std::vector<SeqInput>& batch,
+                                 int64_t n_embd, float* x) {
+  std::vector<Segment> segs;
+  int64_t row = 0;
+  for (SeqInput& s : batch) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    s.state->begin_forward(n);
+    segs.push_back({s.state, row, n});
+    be.get_rows(embeddings, s.tokens.data(), n, x + row * n_embd);
+    row += n;
+  }
+  return segs;
+}
+
+void output_rows(const std::vector<SeqInput>& batch, const std::vector<Segment>& segs, std::vector<int64_t>& logits_rows,
+                 std::vector<int64_t>& hidden_rows) {
+  logits_rows.clear();
+  hidden_rows.clear();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Segment& sg = segs[i];
+    const int64_t first = batch[i].all_logits ? 0 : sg.n_tokens - 1;
+    for (int64_t t = first; t < sg.n_tokens; ++t) logits_rows.push_back(sg.row0 + t);
+    if (batch[i].hidden)
+      for (int64_t t = 0; t < sg.n_tokens; ++t) hidden_rows.push_back(sg.row0 + t);
+  }
+}
+
+}  // namespace tern::models

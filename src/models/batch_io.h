@@ -1,0 +1,25 @@
+// The parts of a forward every architecture shares around its layers: checking a batch before any state is touched,
+// embedding its tokens into rows with one segment per sequence, and choosing which rows get logits and hidden states.
+#pragma once
+#include <vector>
+
+#include "models/blocks/batch.h"
+#include "models/blocks/linear.h"
+#include "models/model.h"
+
+namespace tern::models {
+
+// The batch's row count. Throws Error (touching no state) for an empty batch, a sequence without tokens, a token id
+// outside [0, n_vocab) or a sequence that would pass its context size.
+int64_t check_batch(const std::vector<SeqInput>& batch, int64_t n_vocab);
+
+// Rows x [n_rows, n_embd] = the embeddings of every sequence's new tokens, in batch order; begins each state's
+// forward (SequenceState::begin_forward) and returns the segments.
+std::vector<Segment> embed_batch(backend::Backend& be, const Linear& embeddings, std::vector<SeqInput>& batch,
+                                 int64_t n_embd, float* x);
+
+// The batch rows that get logits (all of a sequence's or its last) and those whose hidden state is kept.
+void output_rows(const std::vector<SeqInput>& batch, const std::vector<Segment>& segs, std::vector<int64_t>& logits_rows,
+                 std::vector<int64_t>& hidden_rows);
+
+}  // namespace tern::models
