@@ -151,7 +151,7 @@ static RunFn setup_bench(CLI::App& app) {
     if (o->json) std::printf("%s\n", out.dump(2).c_str());
     if (o->spec_costs) {
       models::Model& m = engine.model();
-      if (!m.can_draft()) fail("--spec-costs: %s has no MTP block", o->engine.model_path.c_str());
+      if (!m.can_draft()) fail("--spec-costs: %s has no MTP block tern drafts with", o->engine.model_path.c_str());
       constexpr int kMaxK = 4;
       start_at(std::max(o->depths.front(), 1));
       seq->set_checkpoint_capacity(m.backend(), kMaxK + 1);

@@ -148,7 +148,7 @@ Engine::Engine(const EngineOptions& o) {
   d.max = o.no_spec ? 0 : (o.draft >= 0 ? o.draft : kDefaultDraft);
   d.adaptive = !o.draft_fixed;
   if (!model_->can_draft()) {
-    if (o.draft > 0) log::warn("--draft %d: %s has no MTP block to draft with; decoding one token per forward", o.draft,
+    if (o.draft > 0) log::warn("--draft %d: %s has no MTP block tern drafts with; decoding one token per forward", o.draft,
                                o.model_path.c_str());
     d.max = 0;
   } else if (d.max > 0) {

@@ -48,7 +48,7 @@ int64_t default_n_ctx(const models::ModelShape& m, ops::KvType kv_type, int n_pa
 }
 
 int64_t draft_checkpoints(const models::ModelShape& m, int draft, bool no_spec) {
-  if (no_spec || m.info().n_mtp == 0) return 0;
+  if (no_spec || !m.info().mtp_drafts) return 0;
   const int d = draft >= 0 ? draft : kDefaultDraft;
   return d > 0 ? d + 1 : 0;
 }

@@ -42,7 +42,7 @@ check "plan shows the MTP block's memory" '"$TERN" plan -m "$MTP" 2>/dev/null | 
 check "run drafts by default, said once" '[ $(grep -c "speculative decoding: the MTP block drafts" "$tmp/s1e") -eq 1 ]'
 check "run with drafting prints the ids of --no-spec" '[ -s "$tmp/s0" ] && cmp -s "$tmp/s0" "$tmp/s1"'
 "$TERN" run -m "$M" --tokens 5,9,13 -n 2 --temp 0 --print-ids -c 64 --draft 2 >/dev/null 2>"$tmp/w"
-check "--draft without an MTP block warns" 'grep -q "has no MTP block to draft with" "$tmp/w"'
+check "--draft without an MTP block warns" 'grep -q "has no MTP block tern drafts with" "$tmp/w"'
 
 # Bad input: exit 1 and exactly one error line ("tern: error: ..."), the last line on stderr (info lines about
 # what was loaded may precede it).
