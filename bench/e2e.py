@@ -17,7 +17,14 @@ The llama.cpp tools come from bench/build_llamacpp.sh (run here when --llama-bin
 first build). Needs a Release build (bash scripts/build.sh build) for build/tern, build/tern_membw, build/tern_peak.
 Not a test: no assertions on speed.
 
+--arch glm-dsa (issue 17): random-weight GLM-5 files at GLM-5's published widths instead (tools/make_bench_model.py
+--arch glm-dsa: vocab 154880, untied output, N layers = 3 leading dense + N-3 MoE; default 4 layers, Q8_0 and
+Q4_K_M). Decode's bytes per token then count the MLA latent cache rows the attention reads (top-k of them at most:
+the indexer's selection) and the indexer keys every token's indexer reads (all of them); see the notes printed
+with the table.
+
 usage: python3 bench/e2e.py [-t 2] [-r 3] [--types q4_0,q8_0,q4_k_m] [--layers 4,8] [--out out/bench] [--small]
+                            [--arch qwen35moe|glm-dsa]
 """
 from __future__ import annotations
 
@@ -49,7 +56,34 @@ def loadavg():
         return " ".join(f.read().split()[:4])
 
 
+def busy_cores(seconds=3.0):
+    """CPUs' worth of non-idle time over `seconds` (/proc/stat): what other processes use right now, unlike the
+    1-minute load average, which still carries the previous benchmark run's own threads for a minute or two."""
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+    t0, i0 = snap()
+    time.sleep(seconds)
+    t1, i1 = snap()
+    return (os.cpu_count() or 1) * (1 - (i1 - i0) / max(1, t1 - t0))
+
+
+def wait_quiet(args):
+    """With --quiet-below X: waits (polling every 30 s) until other processes use under X CPUs; returns the busy
+    CPUs measured last. Without it: measures once and returns that."""
+    while True:
+        b = busy_cores()
+        if args.quiet_below is None or b < args.quiet_below:
+            return b
+        log(f"  waiting: {b:.2f} CPUs busy with other work (load {loadavg()}), above --quiet-below "
+            f"{args.quiet_below}; polling every 30 s")
+        time.sleep(30)
+
+
 def model_path(args, n_layer, qtype):
+    if args.arch == "glm-dsa":
+        return os.path.join(args.out, f"glm5-real-{n_layer}l.{qtype}.gguf")
     return os.path.join(args.out, f"q35-{'small' if args.small else 'real'}-{n_layer}l.{qtype}.gguf")
 
 
@@ -83,6 +117,8 @@ def ensure_models(args, types, quantize_exe):
             tmp = base + ".part"
             cmd = [sys.executable, os.path.join(ROOT, "tools", "make_bench_model.py"), tmp, "--layers", str(n_layer),
                    "--vocab", str(SMALL_VOCAB if args.small else VOCAB), "--type", "q8_0"]
+            if args.arch == "glm-dsa":  # GLM-5's vocabulary (154880) is the tool's default for the arch
+                cmd = cmd[:5] + ["--arch", "glm-dsa"]
             if args.small:
                 cmd += ["--experts", str(SMALL_EXPERTS)]
             subprocess.run(cmd, check=True)
@@ -130,6 +166,24 @@ def geometry(path, tern_exe):
 
     names = {t.name for t in r.tensors}
     n_layer = info["n_layer"]
+    if arch == "glm-dsa":
+        n_used, n_expert = key("expert_used_count"), key("expert_count")
+        body = head = 0
+        for t in r.tensors:
+            if t.name.startswith("blk.") and len(t.shape) >= 2:
+                body += int(t.n_elements) * (n_used / n_expert if "_exps." in t.name else 1)
+            elif t.name == "output.weight":
+                head = int(t.n_elements)
+        # every layer of GLM-5 runs its own indexer (no indexer.types key, or all true); GLM-5.2 shared layers
+        # (false) reuse a full layer's top-k and store no indexer keys
+        f = r.fields.get(f"{arch}.attention.indexer.types")
+        full = [bool(f.parts[i][0]) for i in f.data] if f is not None else [True] * n_layer
+        return {"arch": arch, "n_layer": n_layer, "n_attn": n_layer, "n_deltanet": 0, "n_indexer": sum(full),
+                "weight_bytes_per_token": info["bytes_per_token"], "file_bytes": info["file_bytes"],
+                "recurrent_state_bytes": 0, "conv_state_bytes": 0,
+                "kv_row_bytes": (key("attention.kv_lora_rank") + key("rope.dimension_count")) * KV_BYTES,
+                "idx_row_bytes": key("attention.indexer.key_length") * KV_BYTES,
+                "top_k": key("attention.indexer.top_k"), "macs_body": body, "macs_head": head}
     n_attn = sum(f"blk.{i}.attn_q.weight" in names for i in range(n_layer))
     n_delta = sum(f"blk.{i}.ssm_a" in names for i in range(n_layer))
     n_used, n_expert = key("expert_used_count"), key("expert_count")
@@ -156,7 +210,17 @@ def geometry(path, tern_exe):
 
 def decode_bytes(g, n_gen, depth):
     """Bytes one decode token reads and writes: weights + DeltaNet state (read and written) + KV rows (the mean
-    context of the n_gen tokens read, one row written)."""
+    context of the n_gen tokens read, one row written). glm-dsa: per layer the latent rows attention reads (at most
+    top_k: the indexer's selection) and the indexer keys (every row), averaged over the n_gen tokens, one row of
+    each written; `kv_dense` is what attention over every latent row would read instead."""
+    if g.get("arch") == "glm-dsa":
+        ctxs = [depth + i + 1 for i in range(n_gen)]  # rows a token at this step attends over (itself included)
+        lat = sum(min(c, g["top_k"]) for c in ctxs) / n_gen
+        mean_ctx = sum(ctxs) / n_gen
+        kv = g["n_attn"] * g["kv_row_bytes"] * (lat + 1) + g["n_indexer"] * g["idx_row_bytes"] * (mean_ctx + 1)
+        kv_dense = g["n_attn"] * g["kv_row_bytes"] * (mean_ctx + 1)
+        return {"weights": g["weight_bytes_per_token"], "state": 0, "kv": kv, "kv_dense": kv_dense,
+                "total": g["weight_bytes_per_token"] + kv}
     state = 2 * g["n_deltanet"] * (g["recurrent_state_bytes"] + g["conv_state_bytes"])
     kv = g["n_attn"] * g["kv_row_bytes"] * (depth + (n_gen + 1) / 2 + 1)
     return {"weights": g["weight_bytes_per_token"], "state": state, "kv": kv,
@@ -200,16 +264,18 @@ def run_model(args, path, llama, bw_gbs, int8_gmacs):
     g = geometry(path, args.tern)
     res = {"model": os.path.basename(path), **g, "tests": {}}
     for kind, n_prompt, n_gen, depth, name in tests(args):
+        busy_tern = wait_quiet(args)
         load_tern = loadavg()
         t = tern_bench(args, path, n_prompt, n_gen, depth)
         if t["test"] != name:
             sys.exit(f"error: tern bench named the test {t['test']!r}, expected {name!r}")
+        busy_llama = wait_quiet(args)
         load_llama = loadavg()
         lb = llama_bench(args, llama["llama-bench"], path, n_prompt, n_gen, depth)
         res.setdefault("llama_bench_config", lb.pop("config"))
         row = {"tern": t["tok_s"], "tern_sd": t["sd"], "llama": lb["tok_s"], "llama_sd": lb["sd"],
                "llama_samples": lb["samples"], "ratio": t["tok_s"] / lb["tok_s"], "load_tern": load_tern,
-               "load_llama": load_llama}
+               "load_llama": load_llama, "busy_tern": busy_tern, "busy_llama": busy_llama}
         if kind == "tg":
             b = decode_bytes(g, n_gen, depth)
             row.update(roof="bandwidth", bytes_per_token=b, roof_tok_s=bw_gbs * 1e9 / b["total"])
@@ -220,7 +286,7 @@ def run_model(args, path, llama, bw_gbs, int8_gmacs):
         res["tests"][name] = row
         log(f"  {res['model']:28s} {name:15s} tern {row['tern']:8.2f} ± {row['tern_sd']:.2f}   llama.cpp "
             f"{row['llama']:8.2f} ± {row['llama_sd']:.2f}   ratio {row['ratio']:.2f}   load {load_tern.split()[0]} "
-            f"/ {load_llama.split()[0]}")
+            f"/ {load_llama.split()[0]}   busy CPUs before {busy_tern:.2f} / {busy_llama:.2f}")
     return res
 
 
@@ -288,7 +354,7 @@ def markdown(meta, results, layer_rows, args):
         f"{meta['loadavg_end']} at the end; the load column is the 1-minute load right before each engine's run."
         + (" **--small models (32 experts, 4096-token vocabulary): a smoke run, not the real model.**"
            if args.small else ""), "",
-        "| model | test | load tern / llama.cpp | tern tok/s | llama.cpp tok/s | tern/llama.cpp | roofline | "
+        "| model | test | load tern / llama.cpp (busy CPUs before) | tern tok/s | llama.cpp tok/s | tern/llama.cpp | roofline | "
         "roof tok/s | tern of roof | llama.cpp of roof |",
         "|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for r in results:
@@ -300,9 +366,25 @@ def markdown(meta, results, layer_rows, args):
                     if t["roof"] == "bandwidth" else
                     f"{t['macs_per_token'] / 1e9:.3f} GMAC/tok at {peak['int8_gmacs']:.0f} GMAC/s")
             lines.append(f"| {r['model'].removesuffix('.gguf')} | {name} | {t['load_tern'].split()[0]} / "
-                         f"{t['load_llama'].split()[0]} | {t['tern']:.2f} ± {t['tern_sd']:.2f} | {t['llama']:.2f} ± "
+                         f"{t['load_llama'].split()[0]} ({t.get('busy_tern', 0):.2f} / {t.get('busy_llama', 0):.2f}) | {t['tern']:.2f} ± {t['tern_sd']:.2f} | {t['llama']:.2f} ± "
                          f"{t['llama_sd']:.2f} | {t['ratio']:.2f} | {roof} | {t['roof_tok_s']:.1f} | "
                          f"{100 * t['tern_roof']:.0f}% | {100 * t['llama_roof']:.0f}% |")
+    if args.arch == "glm-dsa":
+        lines += ["", "- Decode roofline: bytes per token = weights (`tern info --json` bytes_per_token: every tensor "
+                  "of the layers once, routed experts x n_expert_used / n_expert, one token_embd row, the LM head "
+                  "whole) + the MLA latent cache rows attention reads (layers x (kv_lora + rope) x "
+                  f"{KV_BYTES} B x min(context, index_topk), averaged over the n_gen tokens, + 1 row written) + the "
+                  f"indexer keys every token's indexer scores (layers x index_head_dim x {KV_BYTES} B x context, + "
+                  "1 written); roof tok/s = bandwidth / bytes per token. Attention's and the indexer's arithmetic "
+                  "(64 heads x (576 + 512) MACs per latent row read, 32 x 128 per indexer key) is not in the "
+                  "roofline: at depth 4096 it is ~0.64 GMAC per token over 4 layers with top-2048 (0.57 attention + "
+                  "0.07 indexer), against ~1.16 for attention over all 4160 rows and ~2.7 GMAC of weights.",
+                  "- Prefill roofline: MACs per prompt token = body + head / n_prompt, body = the weight elements of "
+                  "every layer's matrices (routed experts x n_expert_used / n_expert; attn_k_b / attn_v_b and the "
+                  "indexer's projections included; token_embd is a lookup, not counted), head = the LM head's "
+                  "elements (logits of the last prompt token only); attention and indexer scores are not counted; "
+                  "roof tok/s = int8 peak / MACs per token."]
+        return "\n".join(lines) + "\n"
     lines += ["", "- Decode roofline: bytes per token = weights (`tern info --json` bytes_per_token: every tensor of "
               "the layers once, routed experts x n_expert_used / n_expert, one token_embd row, the LM head whole) + "
               "DeltaNet state read and written (2 x DeltaNet layers x (recurrent [n_v_heads, head_k, head_v] f32 + "
@@ -367,10 +449,13 @@ def cpu_model():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--arch", choices=("qwen35moe", "glm-dsa"), default="qwen35moe",
+                    help="which real-width model family to generate and measure")
     ap.add_argument("-t", "--threads", type=int, default=2, help="threads for both engines")
     ap.add_argument("-r", "--reps", type=int, default=3, help="timed repetitions of each test (after one warm-up)")
-    ap.add_argument("--types", default=",".join(TYPES), help=f"comma-separated, from {','.join(TYPES)}")
-    ap.add_argument("--layers", default="4,8", help="comma-separated layer counts (multiples of 4)")
+    ap.add_argument("--types", help=f"comma-separated, from {','.join(TYPES)} (default: all; glm-dsa: q8_0,q4_k_m)")
+    ap.add_argument("--layers", help="comma-separated layer counts (qwen35moe: multiples of 4, default 4,8; "
+                    "glm-dsa: >= 4, the first 3 dense, default 4)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"), help="GGUFs and results (reused)")
     ap.add_argument("--small", action="store_true",
                     help=f"{SMALL_EXPERTS} experts and a {SMALL_VOCAB}-token vocabulary (a smoke run)")
@@ -383,10 +468,20 @@ def main():
     ap.add_argument("-p", "--n-prompt", type=int, default=512, help="prompt tokens of the prefill test")
     ap.add_argument("-n", "--n-gen", type=int, default=128, help="generated tokens of the decode tests")
     ap.add_argument("-d", "--depth", type=int, default=4096, help="prompt tokens before the second decode test")
+    ap.add_argument("--quiet-below", type=float, help="before every run wait (polling every 30 s) until other "
+                    "processes use fewer than this many CPUs (/proc/stat over 3 s); the busy CPUs measured are "
+                    "recorded either way")
     ap.add_argument("--generate-only", action="store_true", help="write the GGUFs and stop")
     ap.add_argument("--no-scaling", action="store_true",
                     help="skip the 1-thread and busy-neighbour runs (done on the largest model of each type)")
     args = ap.parse_args()
+    glm = args.arch == "glm-dsa"
+    if args.types is None:
+        args.types = "q8_0,q4_k_m" if glm else ",".join(TYPES)
+    if args.layers is None:
+        args.layers = "4" if glm else "4,8"
+    if glm and args.small:
+        ap.error("--small is for qwen35moe only")
     types = [t for t in args.types.split(",") if t]
     bad = [t for t in types if t not in TYPES]
     if bad or not types:
@@ -395,7 +490,9 @@ def main():
         args.layers = sorted({int(x) for x in args.layers.split(",") if x})
     except ValueError:
         ap.error("--layers takes comma-separated integers")
-    if not args.layers or any(n < 1 or n % 4 for n in args.layers):
+    if glm and (not args.layers or any(n < 4 for n in args.layers)):
+        ap.error("--layers: >= 4 for glm-dsa (3 leading dense layers, then MoE)")
+    if not glm and (not args.layers or any(n < 1 or n % 4 for n in args.layers)):
         ap.error("--layers: positive multiples of 4 (the 3:1 DeltaNet:attention pattern)")
     if args.threads < 1 or args.reps < 1 or args.n_prompt < 1 or args.n_gen < 1 or args.depth < 1:
         ap.error("-t, -r, -p, -n and -d must be >= 1")
@@ -414,11 +511,12 @@ def main():
         return
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": platform.node(), "cpu": cpu_model(), "threads": args.threads, "reps": args.reps,
-            "small": args.small, "loadavg_start": loadavg(), "t_start": time.time(),
+            "small": args.small, "arch": args.arch, "loadavg_start": loadavg(), "t_start": time.time(),
             "llama_cpp_build": llama["build_info"].replace("\n", "; "), "llama_bench": llama["llama-bench"],
             "tern_commit": subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
                                           text=True).stdout.strip(),
             "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}
+    meta["busy_before_probes"] = wait_quiet(args)
     bw = run_json([args.membw, "-t", str(args.threads), "--json"])
     meta.update(membw=bw, bandwidth_gbs=bw["read_gbs_best"])
     log(f"memory read bandwidth: {bw['read_gbs_best']:.2f} GB/s best ({bw['read_gbs_median']:.2f} median), "
