@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
-# fuzz.sh [SECONDS]: builds the libFuzzer targets with clang and runs each for SECONDS on its seed corpus.
+# fuzz.sh [SECONDS] [TARGET...]: builds the libFuzzer targets with clang and runs each (or the named ones: gguf,
+# safetensors, chat_output, tokenizer, jinja, api, json_schema) for SECONDS on its corpus (kept between runs in
+# $FUZZ_BUILD/corpus/<target>) plus its seeds fuzz/seeds/<target>/, with the dictionary fuzz/<target>.dict if there
+# is one. A finding is written as crash-*/timeout-*/oom-* in the current directory and fails the script.
+# FUZZ_BUILD: the build directory (default build-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
-CC=clang CXX=clang++ bash scripts/build.sh build-fuzz -DTERN_FUZZ=ON -DTERN_TESTS=OFF -DTERN_BENCH=OFF \
+shift || true
+build=${FUZZ_BUILD:-build-fuzz}
+CC=clang CXX=clang++ bash scripts/build.sh "$build" -DTERN_FUZZ=ON -DTERN_TESTS=OFF -DTERN_BENCH=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
-for bin in build-fuzz/fuzz/fuzz_*; do
-  [ -x "$bin" ] || continue
-  name=$(basename "$bin")
-  corpus=build-fuzz/corpus/$name
+if [ $# -gt 0 ]; then names=("$@"); else names=(); for bin in "$build"/fuzz/fuzz_*; do names+=("$(basename "$bin")"); done; fi
+status=0
+for name in "${names[@]}"; do
+  name=fuzz_${name#fuzz_}
+  bin=$build/fuzz/$name
+  [ -x "$bin" ] || { echo "fuzz: no target $name in $build/fuzz" >&2; exit 2; }
+  corpus=$build/corpus/$name
   mkdir -p "$corpus"
   seeds=fuzz/seeds/${name#fuzz_}
+  dict=fuzz/${name#fuzz_}.dict
   echo "fuzz: $name for ${secs}s"
-  "$bin" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=5 -print_final_stats=1 "$corpus" \
-    $( [ -d "$seeds" ] && echo "$seeds" ) 2>&1 | tail -n 15
+  # -timeout: one input taking longer is a finding (a hang); -rss_limit_mb: so is more memory than this.
+  "$bin" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=5 -print_final_stats=1 \
+    $( [ -f "$dict" ] && echo "-dict=$dict" ) "$corpus" $( [ -d "$seeds" ] && echo "$seeds" ) \
+    >"$build/$name.log" 2>&1 || status=1
+  tail -n 15 "$build/$name.log"
+  echo "fuzz: $name corpus: $(find "$corpus" -type f | wc -l) inputs, $(du -sb "$corpus" | cut -f1) bytes"
 done
+exit $status

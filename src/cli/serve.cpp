@@ -24,7 +24,8 @@ struct ServeOptions {
   runtime::EngineOptions engine;
   serve::SchedulerOptions sched;
   serve::ServerOptions server;
-  std::string alias;
+  std::vector<std::string> aliases;
+  bool any_model = false;
   int64_t cache_mib = 512;
 };
 
@@ -34,10 +35,18 @@ static RunFn setup_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   add_engine_options(app, o->engine);
   add_draft_options(app, o->engine);
-  app.add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
+  app.add_option("--host", o->server.host,
+                 "Address to listen on (loopback by default; another address without --api-key is warned about)")
+      ->capture_default_str();
   app.add_option("--port", o->server.port, "Port to listen on (0: any free port, logged)")->capture_default_str();
-  app.add_option("--api-key", o->server.api_key, "Require 'Authorization: Bearer KEY' on the API routes");
-  app.add_option("--alias", o->alias, "Model name served in /v1/models (default: the file name without .gguf)");
+  app.add_option("--api-key", o->server.api_key,
+                 "Require 'Authorization: Bearer KEY' on every route but / and /health (else 401)");
+  app.add_option("--alias", o->aliases,
+                 "Another name the 'model' field accepts, listed in /v1/models after the id (the file name without "
+                 ".gguf); repeatable")
+      ->allow_extra_args(false);
+  app.add_flag("--any-model", o->any_model,
+               "Accept any name in the 'model' field (for clients that hard-code one; else an unknown name is a 404)");
   app.add_option("--parallel", o->sched.parallel, "Sequences decoded together (each holds a full context)")
       ->capture_default_str();
   app.add_option("-b,--batch", o->sched.batch, "Most prompt tokens processed per step (prefill chunk)")
@@ -73,7 +82,11 @@ static RunFn setup_serve(CLI::App& app) {
 
     serve::Scheduler sched(*tm.engine, *tm.tokenizer, o->sched);
     serve::ModelInfo info;
-    info.id = o->alias.empty() ? std::filesystem::path(o->engine.model_path).stem().string() : o->alias;
+    info.id = std::filesystem::path(o->engine.model_path).stem().string();
+    for (const std::string& a : o->aliases)
+      if (a.empty()) fail("--alias must not be empty");
+    info.aliases = o->aliases;
+    info.any_model = o->any_model;
     info.created = static_cast<int64_t>(std::time(nullptr));
     info.n_ctx = sched.n_ctx();
     info.n_ctx_train = tm.engine->info().n_ctx_train;

@@ -26,8 +26,28 @@ void api_fail(int status, const std::string& param, const std::string& code, con
   throw e;
 }
 
+std::vector<std::string> model_names(const ModelInfo& m) {
+  std::vector<std::string> names{m.id};
+  for (const std::string& a : m.aliases)
+    if (std::find(names.begin(), names.end(), a) == names.end()) names.push_back(a);
+  return names;
+}
+
+bool accepts_model(const ModelInfo& m, const std::string& name) {
+  if (m.any_model) return true;
+  const std::vector<std::string> names = model_names(m);
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 json parse_json_body(const std::string& body) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  // The parse itself is iterative, but copying, comparing, dumping a value and handing it to the chat template
+  // recurse once per level: a body of 200k nested brackets overflowed the stack (fuzz/fuzz_api.cpp).
+  int depth = 0;
+  json j = json::parse(
+      body, [&depth](int d, json::parse_event_t, json&) { depth = std::max(depth, d); return true; },
+      /*allow_exceptions=*/false);
+  if (depth > kMaxJsonDepth)
+    api_fail(400, "", "invalid_json", strf("the request body nests deeper than %d levels", kMaxJsonDepth));
   if (j.is_discarded())
     api_fail(400, "", "invalid_json", "the request body is not valid JSON");
   if (!j.is_object()) api_fail(400, "", "invalid_json", "the request body must be a JSON object");
@@ -79,14 +99,21 @@ void unsupported(const std::string& param, const std::string& what) {
 
 // Fields both endpoints share: model, sampling, limits, stop strings, streaming.
 ParsedRequest parse_common(const json& b, const ApiContext& ctx) {
+  ParsedRequest p;
+  p.model = ctx.model.id;
   if (present(b, "model")) {
     if (!b["model"].is_string()) bad_value("model", "expected a string");
     const std::string m = b["model"].get<std::string>();
-    if (m != ctx.model.id)
+    if (!accepts_model(ctx.model, m)) {
+      std::string names;
+      for (const std::string& n : model_names(ctx.model)) names += (names.empty() ? "'" : ", '") + n + "'";
       api_fail(404, "model", "model_not_found",
-               "the model '" + m + "' does not exist; this server serves '" + ctx.model.id + "'");
+               "the model '" + m + "' does not exist; this server serves " + names +
+                   " (start it with --alias NAME or --any-model to accept other names)");
+    }
+    const std::vector<std::string> names = model_names(ctx.model);
+    if (std::find(names.begin(), names.end(), m) != names.end()) p.model = m;
   }
-  ParsedRequest p;
   runtime::SamplingParams& s = p.gen.sampling;
   s.temperature = number(b, "temperature", s.temperature, 0, 2);
   s.top_p = number(b, "top_p", s.top_p, 0, 1, /*lo_open=*/true);

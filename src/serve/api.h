@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,12 +29,19 @@ struct ApiError {
 [[noreturn]] void api_fail(int status, const std::string& param, const std::string& code, const std::string& message);
 
 struct ModelInfo {
-  std::string id;          // served model name (--alias, default: the file name without .gguf)
+  std::string id;          // served model name: the file name without .gguf
+  std::vector<std::string> aliases;  // more names the 'model' field accepts (--alias, repeatable)
+  bool any_model = false;  // --any-model: accept any name in the 'model' field
   int64_t created = 0;     // unix seconds (the server's start)
   int64_t n_ctx = 0;       // per-sequence context
   int64_t n_ctx_train = 0;
   int64_t n_vocab = 0;
 };
+
+// The id, then the aliases (duplicates dropped): what /v1/models lists.
+std::vector<std::string> model_names(const ModelInfo& m);
+// Whether a request's 'model' field names this model: the id, an alias, or anything with any_model.
+bool accepts_model(const ModelInfo& m, const std::string& name);
 
 // Everything the server needs to turn a request body into token ids.
 struct ApiContext {
@@ -47,6 +55,7 @@ struct ApiContext {
 
 struct ParsedRequest {
   GenRequest gen;
+  std::string model;  // the name answers carry: the request's 'model' when it is the id or an alias, else the id
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   Reasoning reasoning = Reasoning::kOff;  // chat: where the answer's reasoning_content is
@@ -55,7 +64,10 @@ struct ParsedRequest {
   std::string forced_text;       // chat: appended to the prompt to start a tool call; belongs in front of the answer
 };
 
-json parse_json_body(const std::string& body);  // 400 on malformed JSON or a non-object
+// Deepest nesting of arrays and objects a request body may have (a request needs a handful of levels; tool
+// schemas and arguments a few more). Deeper bodies are refused before anything recurses over them.
+inline constexpr int kMaxJsonDepth = 128;
+json parse_json_body(const std::string& body);  // 400 on malformed JSON, a non-object or nesting over kMaxJsonDepth
 // Serializes; invalid UTF-8 (a token that is part of a character) becomes U+FFFD instead of throwing.
 std::string to_text(const json& j);
 ParsedRequest parse_chat_request(const json& body, const ApiContext& ctx);

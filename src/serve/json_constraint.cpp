@@ -68,14 +68,19 @@ bool JsonPrefix::allows_type(const json* s, const char* type) {
   return std::any_of(t.begin(), t.end(), [&](const json& x) { return x == type; });
 }
 
+// Only the listed properties may appear: properties without additionalProperties: true, or additionalProperties:
+// false alone (then no key at all).
 bool JsonPrefix::closed(const Frame& f) const {
-  return f.schema && f.schema->contains("properties") &&
-         !(f.schema->contains("additionalProperties") && (*f.schema)["additionalProperties"] == true);
+  if (!f.schema) return false;
+  const bool ap = f.schema->contains("additionalProperties");
+  if (f.schema->contains("properties")) return !(ap && (*f.schema)["additionalProperties"] == true);
+  return ap && (*f.schema)["additionalProperties"] == false;
 }
 
 bool JsonPrefix::key_ok(const Frame& f, bool complete) const {
   if (std::find(f.seen.begin(), f.seen.end(), keybuf_) != f.seen.end() && complete) return false;  // no repeats
   if (!closed(f)) return true;
+  if (!f.schema->contains("properties")) return false;
   for (const auto& [k, v] : (*f.schema)["properties"].items()) {
     if (std::find(f.seen.begin(), f.seen.end(), k) != f.seen.end()) continue;
     if (complete ? k == keybuf_ : k.compare(0, keybuf_.size(), keybuf_) == 0 && keybuf_.size() <= k.size()) return true;
@@ -92,7 +97,7 @@ bool JsonPrefix::required_met(const Frame& f) const {
 
 bool JsonPrefix::more_keys(const Frame& f) const {
   if (!closed(f)) return true;
-  return f.seen.size() < (*f.schema)["properties"].size();
+  return f.schema->contains("properties") && f.seen.size() < (*f.schema)["properties"].size();
 }
 
 bool JsonPrefix::feed(std::string_view bytes) {
@@ -127,10 +132,29 @@ bool JsonPrefix::value_start(char ch) {
   const unsigned char c = static_cast<unsigned char>(ch);
   const json* s = vschema_;
   if (s && (s->contains("enum") || s->contains("const"))) {
+    // Every keyword holds: the const (if any) must be one of the enum (if any), and of the schema's type.
     enum_opts_.clear();
-    if (s->contains("const")) enum_opts_.push_back((*s)["const"].dump());
-    if (s->contains("enum"))
-      for (const json& v : (*s)["enum"]) enum_opts_.push_back(v.dump());
+    auto has_type = [&](const json& v) {
+      return allows_type(s, v.is_object()            ? "object"
+                            : v.is_array()           ? "array"
+                            : v.is_string()          ? "string"
+                            : v.is_boolean()         ? "boolean"
+                            : v.is_null()            ? "null"
+                            : v.is_number_integer()  ? "integer"
+                                                     : "number") ||
+             (v.is_number_integer() && allows_type(s, "number")) ||
+             (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && allows_type(s, "integer"));
+    };
+    auto in_enum = [&](const json& v) {
+      return !s->contains("enum") || std::find((*s)["enum"].begin(), (*s)["enum"].end(), v) != (*s)["enum"].end();
+    };
+    if (s->contains("const")) {
+      if (in_enum((*s)["const"]) && has_type((*s)["const"])) enum_opts_.push_back((*s)["const"].dump());
+    } else {
+      for (const json& v : (*s)["enum"])
+        if (has_type(v)) enum_opts_.push_back(v.dump());
+    }
+    if (enum_opts_.empty()) return false;  // no value satisfies the schema
     enum_so_far_.clear();
     mode_ = Mode::kEnum;
     return feed(ch);
@@ -233,6 +257,7 @@ bool JsonPrefix::feed(char ch) {
       if (c == ']') return close_container();
       return value_start(ch);
     case Mode::kString:
+      if (want_low_ && c != '\\') return false;  // a high surrogate escape must be followed by a low one
       if (c == '"') {
         if (key_) {
           if (!key_ok(stack_.back(), true)) return false;
@@ -252,6 +277,7 @@ bool JsonPrefix::feed(char ch) {
       if (c == '\\') mode_ = Mode::kEscape;
       return true;
     case Mode::kEscape:
+      if (want_low_ && c != 'u') return false;
       if (key_) keybuf_ += ch;
       if (c == 'u') {
         hex_left_ = 4;
@@ -263,11 +289,28 @@ bool JsonPrefix::feed(char ch) {
         return true;
       }
       return false;
-    case Mode::kUnicode:
+    case Mode::kUnicode: {
+      // Surrogates only in pairs (\uD800-\uDBFF then \uDC00-\uDFFF), as strict parsers (nlohmann, serde_json) demand;
+      // decided at the second digit, so no accepted prefix is a dead end.
       if (!hex(c)) return false;
+      const int v = digit(c) ? c - '0' : (c | 0x20) - 'a' + 10;
+      if (hex_left_ == 4) {
+        if (want_low_ && v != 0xd) return false;
+        hex_hi_ = uint8_t(v << 4);
+      } else if (hex_left_ == 3) {
+        hex_hi_ = uint8_t(hex_hi_ | v);
+        const bool high = hex_hi_ >= 0xd8 && hex_hi_ <= 0xdb, low = hex_hi_ >= 0xdc && hex_hi_ <= 0xdf;
+        if (want_low_ != low) return false;
+        high_ = high;
+      }
       if (key_) keybuf_ += ch;
-      if (--hex_left_ == 0) mode_ = Mode::kString;
+      if (--hex_left_ == 0) {
+        want_low_ = high_;
+        high_ = false;
+        mode_ = Mode::kString;
+      }
       return true;
+    }
     case Mode::kLiteral:
       if (lit_.empty() || c != static_cast<unsigned char>(lit_[0])) return false;
       lit_.remove_prefix(1);

@@ -1,11 +1,12 @@
 // Constrained decoding for response_format json_object / json_schema: a byte-level pushdown automaton that accepts
 // exactly the prefixes of JSON texts whose top-level value is an object (RFC 8259 syntax; string bytes >= 0x80 are
-// passed through, the tokenizer's decoder handles UTF-8), with at most kMaxWhitespace whitespace bytes in a row
-// between tokens (a model that prefers whitespace would otherwise never get to the content), and, given a schema,
-// that conform to it. Schema subset (check_schema refuses anything else): type (one or a list), properties (then
-// only those keys, each at most once, unless additionalProperties is true), required, items, enum, const; title,
-// description, default, examples, $schema are ignored. At each step every token whose bytes would leave the
-// language is masked out; once the object is complete the answer ends.
+// passed through, the tokenizer's decoder handles UTF-8; surrogate escapes only in pairs), with at most
+// kMaxWhitespace whitespace bytes in a row between tokens (a model that prefers whitespace would otherwise never get
+// to the content), and, given a schema, that conform to it. Schema subset (check_schema refuses anything else): type
+// (one or a list), properties (then only those keys, each at most once, unless additionalProperties is true;
+// additionalProperties false alone: no key), required, items, enum, const (all keywords of a schema hold
+// together); title, description, default, examples, $schema are ignored. At each step every token whose bytes
+// would leave the language is masked out; once the object is complete the answer ends.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -70,6 +71,9 @@ class JsonPrefix {
   Num num_ = Num::kInt;
   bool key_ = false;         // the current string is an object key
   int hex_left_ = 0;
+  uint8_t hex_hi_ = 0;       // first byte of the \uXXXX being read
+  bool high_ = false;        // that escape is a high surrogate
+  bool want_low_ = false;    // a high surrogate was read: \u + low surrogate must follow
   std::string_view lit_;     // remaining bytes of a literal
   std::vector<Frame> stack_;
   const json* root_ = nullptr;

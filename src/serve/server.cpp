@@ -27,12 +27,6 @@ std::string random_id(const char* prefix) {
   return std::string(prefix) + buf;
 }
 
-bool same_secret(const std::string& a, const std::string& b) {
-  unsigned diff = a.size() != b.size();
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 void set_json(httplib::Response& res, const json& j) { res.set_content(to_text(j), "application/json"); }
 
 ApiError error_of(int status, const std::string& message, const std::string& type) {
@@ -44,6 +38,27 @@ ApiError error_of(int status, const std::string& message, const std::string& typ
 }
 
 }  // namespace
+
+bool same_secret(std::string_view given, std::string_view secret) {
+  // Every byte of the secret is visited whatever `given` holds; volatile keeps the compiler from ending early.
+  volatile unsigned char diff = given.size() != secret.size();
+  for (size_t i = 0; i < secret.size(); ++i) {
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff = diff | (g ^ static_cast<unsigned char>(secret[i]));
+  }
+  return diff == 0;
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0 ||
+         host.rfind("::ffff:127.", 0) == 0;
+}
+
+std::string exposure_warning(const std::string& host, const std::string& api_key) {
+  if (is_loopback_host(host) || !api_key.empty()) return "";
+  return "listening on " + host + " without --api-key: anyone who can reach this address can use the model "
+         "(pass --api-key KEY, or --host 127.0.0.1 to serve this machine only)";
+}
 
 Server::Server(const ServerOptions& o, Scheduler& sched, const text::Tokenizer& tok, const text::ChatTemplate* tpl,
                ModelInfo model)
@@ -58,7 +73,7 @@ Server::Server(const ServerOptions& o, Scheduler& sched, const text::Tokenizer& 
     log::info("HTTP worker threads: %d (max(64, 8 x --parallel); each open client connection holds one)", n);
   }
   http_->new_task_queue = [n] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
-  http_->set_payload_max_length(size_t{32} << 20);
+  http_->set_payload_max_length(kMaxBodyBytes);
   // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second server bind the same port
   // and silently take half of its connections.
   http_->set_socket_options([](int sock) {
@@ -85,6 +100,8 @@ void Server::run() {
   } else if (!http_->bind_to_port(o_.host, port)) {
     fail("cannot listen on %s:%d (is the port in use, or the address not local?)", o_.host.c_str(), port);
   }
+  port_ = port;
+  if (const std::string w = exposure_warning(o_.host, o_.api_key); !w.empty()) log::warn("%s", w.c_str());
   log::info("serving '%s' on http://%s:%d (%d sequences of %lld tokens, prefix cache %zu MiB%s)", model_.id.c_str(),
             o_.host.c_str(), port, sched_.parallel(), static_cast<long long>(model_.n_ctx),
             sched_.stats().cache.budget >> 20, o_.api_key.empty() ? "" : ", API key required");
@@ -113,14 +130,17 @@ void Server::routes() {
       try {
         if (req.is_multipart_form_data())
           api_fail(400, "", "invalid_json", "expected a JSON body, got multipart form data");
+        // httplib refuses a Content-Length over the limit (413); a chunked body is counted here.
         std::string body;
+        bool too_large = false;
         const bool read = reader([&](const char* data, size_t n) {
+          if (body.size() + n > kMaxBodyBytes) return !(too_large = true);
           body.append(data, n);
           return true;
         });
-        if (!read) {
-          const int status = res.status == 413 ? 413 : 400;
-          api_fail(status, "", "", status == 413 ? "the request body is too large (over 32 MiB)"
+        if (!read || too_large) {
+          const int status = res.status == 413 || too_large ? 413 : 400;
+          api_fail(status, "", "", status == 413 ? strf("the request body is too large (over %zu MiB)", kMaxBodyBytes >> 20)
                                                  : "the request body could not be read");
         }
         fn(body, res);
@@ -135,7 +155,19 @@ void Server::routes() {
     });
   };
 
+  // Header limits first (before the key: a client is told what is wrong with its request), then the API key on
+  // every route but the static page and /health.
   http_->set_pre_routing_handler([this, reply_error](const httplib::Request& req, httplib::Response& res) {
+    size_t header_bytes = 0;
+    for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;  // "K: V\r\n"
+    if (req.headers.size() > kMaxHeaderCount || header_bytes > kMaxHeaderBytes) {
+      ApiError e = error_of(400, strf("the request headers are too large (%zu headers, %zu bytes; at most %zu headers, "
+                                      "%zu KiB)", req.headers.size(), header_bytes, kMaxHeaderCount, kMaxHeaderBytes >> 10),
+                            "invalid_request_error");
+      e.code = "headers_too_large";
+      reply_error(res, e);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (o_.api_key.empty() || req.path == "/" || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     const std::string h = req.get_header_value("Authorization");
     if (h.rfind("Bearer ", 0) == 0 && same_secret(h.substr(7), o_.api_key))
@@ -155,7 +187,11 @@ void Server::routes() {
       e.message = "no route for " + req.method + " " + req.path;
       e.code = "not_found";
     } else if (res.status == 413) {
-      e.message = "the request body is too large";
+      e.message = strf("the request body is too large (over %zu MiB)", kMaxBodyBytes >> 20);
+    } else if (res.status == 414) {
+      e.message = "the request line is too long (over 8 KiB)";
+    } else if (res.status == 400) {
+      e.message = "malformed HTTP request (or a header line over 8 KiB)";
     }
     set_json(res, e.body());
     std::lock_guard lk(stats_m_);
@@ -173,12 +209,15 @@ void Server::routes() {
   });
   auto models = [this](const httplib::Request&, httplib::Response& res) {
     count("models");
-    json m{{"id", model_.id},
-           {"object", "model"},
-           {"created", model_.created},
-           {"owned_by", "tern"},
-           {"meta", {{"n_ctx", model_.n_ctx}, {"n_ctx_train", model_.n_ctx_train}, {"n_vocab", model_.n_vocab}}}};
-    set_json(res, json{{"object", "list"}, {"data", json::array({m})}});
+    // The id first (the web page shows data[0]), then each --alias: every name the 'model' field accepts.
+    json data = json::array();
+    for (const std::string& name : model_names(model_))
+      data.push_back({{"id", name},
+                      {"object", "model"},
+                      {"created", model_.created},
+                      {"owned_by", "tern"},
+                      {"meta", {{"n_ctx", model_.n_ctx}, {"n_ctx_train", model_.n_ctx_train}, {"n_vocab", model_.n_vocab}}}});
+    set_json(res, json{{"object", "list"}, {"data", data}});
   };
   http_->Get("/v1/models", models);
   http_->Get("/models", models);
@@ -251,7 +290,7 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
   }
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
-  const std::string model = model_.id;
+  const std::string model = p.model;  // the name the request used (the id or an alias), else the id
   const bool include_usage = p.include_usage, want_logprobs = p.gen.top_logprobs >= 0;
   const text::Tokenizer* tokp = &tok_;
   const Reasoning reasoning = p.reasoning;

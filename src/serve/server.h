@@ -1,12 +1,15 @@
 // The HTTP server (cpp-httplib): OpenAI routes (/v1/chat/completions, /v1/completions, /v1/models), /health,
 // /metrics (Prometheus text), /tokenize, /detokenize and the web chat page at /. Generation goes through the
 // Scheduler; a client that disconnects cancels its request. Errors use OpenAI's error body.
+// Security defaults (docs/SERVE.md "Security"): loopback unless told otherwise, an optional API key compared in
+// constant time, body and header size limits; no route reads a file.
 #pragma once
 #include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "serve/api.h"
 #include "serve/scheduler.h"
@@ -19,8 +22,23 @@ struct Response;
 
 namespace tern::serve {
 
+// Request limits. A body over kMaxBodyBytes is a 413; a request line over 8 KiB a 414 and a header line over 8 KiB a
+// 400 (cpp-httplib's compiled limits); more than kMaxHeaderCount headers or kMaxHeaderBytes of them in all a 400.
+// A prompt is limited by the context (400 context_length_exceeded).
+inline constexpr size_t kMaxBodyBytes = size_t{32} << 20;
+inline constexpr size_t kMaxHeaderBytes = size_t{64} << 10;
+inline constexpr size_t kMaxHeaderCount = 100;
+
+// True when `given` equals `secret`. Constant time: the time depends on secret's length only, never on where the
+// first difference is or on given's length.
+bool same_secret(std::string_view given, std::string_view secret);
+// 127.0.0.0/8, ::1 and "localhost": addresses other machines cannot reach.
+bool is_loopback_host(const std::string& host);
+// The warning `tern serve` logs once when it listens beyond loopback without an API key (empty: none is due).
+std::string exposure_warning(const std::string& host, const std::string& api_key);
+
 struct ServerOptions {
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1";  // loopback: other machines cannot connect unless told otherwise
   int port = 8080;
   std::string api_key;  // empty: no authentication
   std::string reasoning_format = "none";  // default for requests: "none" | "auto" (split out reasoning_content)
@@ -35,6 +53,7 @@ class Server {
   // Binds and serves until stop(). Throws Error when the address cannot be bound.
   void run();
   void stop();
+  int port() const { return port_.load(); }  // the bound port once run() has bound (0 before)
 
  private:
   void routes();
@@ -55,6 +74,7 @@ class Server {
   std::map<std::string, int64_t> requests_;  // endpoint -> count
   std::map<int, int64_t> errors_;            // HTTP status -> count
   std::atomic<int64_t> disconnects_{0};
+  std::atomic<int> port_{0};
 };
 
 }  // namespace tern::serve

@@ -2,6 +2,7 @@
 // call, `with` and generation block gets a fresh child scope (so `set` inside a loop never leaks out and does not
 // carry over to the next iteration); macros resolve free names in the scope they were defined in, at call time.
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 #include "text/jinja.h"
@@ -43,13 +44,39 @@ std::string operand_error(const char* op, const Value& a, const Value& b) {
   return std::string("unsupported operand type(s) for ") + op + ": '" + a.type_name() + "' and '" + b.type_name() + "'";
 }
 
+// Integers are int64 (Python's are unbounded): a result that does not fit is an error, never a wrapped value.
+[[noreturn]] void int_overflow(const char* op) {
+  throw Error(std::string("integer overflow in '") + op + "' (template integers are 64-bit)");
+}
+int64_t add_int(int64_t a, int64_t b, const char* op) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) int_overflow(op);
+  return r;
+}
+int64_t sub_int(int64_t a, int64_t b, const char* op) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) int_overflow(op);
+  return r;
+}
+int64_t mul_int(int64_t a, int64_t b, const char* op) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) int_overflow(op);
+  return r;
+}
+
+// Longest string or list `*` may build: far above any prompt, low enough that a template cannot exhaust memory
+// with one expression (jinja2's sandbox bounds range() the same way).
+constexpr uint64_t kMaxRepeatBytes = uint64_t{64} << 20;
+constexpr uint64_t kMaxRepeatItems = 100000;
+
 Value arith(const std::string& op, const Value& a, const Value& b) {
   if (a.is_undefined()) undefined_error(a);
   if (b.is_undefined()) undefined_error(b);
   bool nums = a.is_number() && b.is_number();
   bool ints = a.is_integral() && b.is_integral();
   if (op == "+") {
-    if (nums) return ints ? Value::integer(a.as_int() + b.as_int()) : Value::number(a.as_float() + b.as_float());
+    if (nums) return ints ? Value::integer(add_int(a.as_int(), b.as_int(), "+"))
+                          : Value::number(a.as_float() + b.as_float());
     if (a.is_string() && b.is_string()) return Value::string(a.str_ref() + b.str_ref());
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
       List l = a.list_ref();
@@ -62,30 +89,41 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "-") {
     if (!nums) throw Error(operand_error("-", a, b));
-    return ints ? Value::integer(a.as_int() - b.as_int()) : Value::number(a.as_float() - b.as_float());
+    return ints ? Value::integer(sub_int(a.as_int(), b.as_int(), "-"))
+                : Value::number(a.as_float() - b.as_float());
   }
   if (op == "*") {
-    if (nums) return ints ? Value::integer(a.as_int() * b.as_int()) : Value::number(a.as_float() * b.as_float());
+    if (nums) return ints ? Value::integer(mul_int(a.as_int(), b.as_int(), "*"))
+                          : Value::number(a.as_float() * b.as_float());
     const Value* seq = a.is_integral() ? &b : &a;
     const Value* n = a.is_integral() ? &a : &b;
     if (n->is_integral() && (seq->is_string() || seq->is_list())) {
-      int64_t k = std::max<int64_t>(0, n->as_int());
+      const uint64_t k = static_cast<uint64_t>(std::max<int64_t>(0, n->as_int()));
+      const uint64_t len = seq->is_string() ? seq->str_ref().size() : seq->list_ref().size();
+      if (len && k > (seq->is_string() ? kMaxRepeatBytes : kMaxRepeatItems) / len)
+        throw Error(strf("'*' would make a %s of %llu x %llu %s (the limit is %llu)", seq->is_string() ? "string" : "list",
+                         static_cast<unsigned long long>(k), static_cast<unsigned long long>(len),
+                         seq->is_string() ? "bytes" : "items",
+                         static_cast<unsigned long long>(seq->is_string() ? kMaxRepeatBytes : kMaxRepeatItems)));
       if (seq->is_string()) {
         std::string s;
-        for (int64_t i = 0; i < k; ++i) s += seq->str_ref();
+        for (uint64_t i = 0; i < k; ++i) s += seq->str_ref();
         return Value::string(s);
       }
       List l;
-      for (int64_t i = 0; i < k; ++i) l.insert(l.end(), seq->list_ref().begin(), seq->list_ref().end());
+      for (uint64_t i = 0; i < k; ++i) l.insert(l.end(), seq->list_ref().begin(), seq->list_ref().end());
       return Value::list(std::move(l), seq->is_tuple());
     }
     throw Error(operand_error("*", a, b));
   }
   if (!nums) throw Error(operand_error(op.c_str(), a, b));
   if (op == "**") {
-    if (ints && b.as_int() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.as_int(); ++i) r *= a.as_int();
+    if (ints && b.as_int() >= 0) {  // by squaring: a large exponent of 0, 1 or -1 takes 63 steps, not 2^63
+      int64_t r = 1, base = a.as_int();
+      for (int64_t e = b.as_int(); e > 0; e >>= 1) {
+        if (e & 1) r = mul_int(r, base, "**");
+        if (e > 1) base = mul_int(base, base, "**");
+      }
       return Value::integer(r);
     }
     return Value::number(std::pow(a.as_float(), b.as_float()));
@@ -94,6 +132,7 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
   if (op == "/") return Value::number(a.as_float() / b.as_float());
   if (op == "//") {
     if (ints) {
+      if (b.as_int() == -1) return Value::integer(sub_int(0, a.as_int(), "//"));  // INT64_MIN // -1 traps in C++
       int64_t q = a.as_int() / b.as_int();
       if ((a.as_int() % b.as_int() != 0) && ((a.as_int() < 0) != (b.as_int() < 0))) --q;
       return Value::integer(q);
@@ -102,6 +141,7 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
   }
   // "%": Python modulo takes the divisor's sign.
   if (ints) {
+    if (b.as_int() == -1) return Value::integer(0);  // INT64_MIN % -1 traps in C++
     int64_t r = a.as_int() % b.as_int();
     if (r != 0 && ((r < 0) != (b.as_int() < 0))) r += b.as_int();
     return Value::integer(r);
@@ -370,7 +410,8 @@ class Renderer {
         if (v.is_undefined()) undefined_error(v);
         if (!v.is_number()) throw Error("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
         if (e.name == "+") return v.is_float() ? v : Value::integer(v.as_int());
-        return v.is_float() ? Value::number(-v.as_float()) : Value::integer(-v.as_int());
+        if (v.is_float()) return Value::number(-v.as_float());
+        return Value::integer(sub_int(0, v.as_int(), "-"));
       }
       case ExprKind::kBinary: {
         Value l = eval(*e.args[0], f);

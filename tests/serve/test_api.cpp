@@ -151,3 +151,21 @@ TEST(ApiGlm, EndOfMessageEndsGeneration) {
   d.eom_id = 1 << 30;
   EXPECT_THROW(tern::text::Tokenizer{d}, tern::Error);  // an id outside the vocabulary is refused
 }
+
+// A request body nested deeper than kMaxJsonDepth is a 400 before anything recurses over it: 200k nested brackets
+// in a message field used to overflow the stack while the message was copied (fuzz/fuzz_api.cpp).
+TEST(Api, DeeplyNestedBodyIsRefused) {
+  auto nested = [](int n) { return std::string(size_t(n), '[') + std::string(size_t(n), ']'); };
+  const std::string head = R"({"messages": [{"role": "user", "content": "hi", "x": )";
+  // The top-level object is level 0, "messages" 1, the message 2: the outer bracket is level 3.
+  EXPECT_NO_THROW(parse_json_body(head + nested(kMaxJsonDepth - 2) + "}]}"));
+  for (int n : {kMaxJsonDepth - 1, 200000}) {
+    try {
+      parse_json_body(head + nested(n) + "}]}");
+      ADD_FAILURE() << n << " levels accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_NE(e.message.find("nests deeper"), std::string::npos) << e.message;
+    }
+  }
+}

@@ -79,6 +79,15 @@ TEST(JsonPrefix, Rejects) {
                                "{\"a\":1]"});
 }
 
+// \u escapes of surrogates only as a high-low pair, refused at the first digit that rules a pair out: a lone one is
+// not JSON to nlohmann or serde_json (fuzz/fuzz_json_schema.cpp found "\ud41d\ude00" accepted).
+TEST(JsonPrefix, SurrogatePairs) {
+  expect_all(Want::kComplete, {"{\"a\": \"\\ud83d\\ude00\\uD83D\\uDE00 \\ud7ff\\ue000\"}"});
+  expect_all(Want::kRejected, {"{\"a\": \"\\udc", "{\"a\": \"\\ud41d\\ude", "{\"a\": \"\\ud83dx", "{\"a\": \"\\ud83d\"",
+                               "{\"a\": \"\\ud83d\\n", "{\"a\": \"\\ud83d\\u0", "{\"a\": \"\\ud83d\\ud8"});
+  EXPECT_TRUE(accepts("{\"a\": \"\\ud83d\\ud"));  // \udc00-\udfff can still follow
+}
+
 TEST(JsonConstraint, ScheduledAnswersAreJsonObjects) {
   TinyModel m;
   const text::Tokenizer& tok = *m.tok;
@@ -149,6 +158,20 @@ TEST(JsonSchema, Violations) {
               R"({"color": "blue")", R"({"color": 8)", R"({"age": 1, "age")", R"({"tags": [1)", R"({"tags": {)",
               R"({"ratio": "a")", R"({"name": "a", "age": 1, "tags": ["x"], )" R"("color": "red", "ratio": 1,)"},
              &kPerson);
+}
+
+// enum, const and type all hold (JSON Schema): a value of the enum outside the type, or a const outside the enum,
+// is refused; no value satisfying the schema means the value cannot start (found writing fuzz/fuzz_json_schema.cpp).
+TEST(JsonSchema, EnumConstAndTypeTogether) {
+  const ojson s = ojson::parse(R"({"type": "object", "properties": {"a": {"type": "string", "enum": ["x", 1]},
+    "b": {"const": 2, "enum": [1, 2.0]}, "c": {"const": 3, "enum": [1]}, "d": {"type": "integer", "enum": [1.0, 1.5]}}})");
+  ASSERT_EQ(check_schema(s), "");
+  expect_all(Want::kComplete, {R"({"a": "x"})", R"({"b": 2})", R"({"d": 1.0})"}, &s);
+  expect_all(Want::kRejected, {R"({"a": 1)", R"({"b": 1)", R"({"c": 3)", R"({"c": 1)", R"({"d": 1.5)"}, &s);
+  // additionalProperties: false without properties: no key at all.
+  const ojson none = ojson::parse(R"({"type": "object", "additionalProperties": false})");
+  expect_all(Want::kComplete, {"{}", " { } "}, &none);
+  expect_all(Want::kRejected, {R"({")", R"({"a": 1})"}, &none);
 }
 
 TEST(JsonSchema, CheckSchema) {

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Drives tern serve's web chat page in headless Chromium over the DevTools protocol (a minimal WebSocket client on
 the standard library, so nothing needs installing): the page loads, a message sent from the page streams an answer
-equal to the API's greedy answer, and the stop button stops a long answer (the server cancels it).
+equal to the API's greedy answer, the stop button stops a long answer (the server cancels it), and model output that
+holds HTML or script is shown as text (the page's render() directly, and a streamed answer from a stubbed fetch: the
+bundled model cannot be made to write HTML on demand).
 
 usage: web_page_test.py CHROMIUM BASE_URL PROFILE_DIR
 """
@@ -187,6 +189,38 @@ try:
     check("the server cancelled the stopped answer", metric("tern_requests_cancelled_total") > cancelled0
           and metric("tern_sequences_active") == 0)
     check("send is enabled again", page.eval("!document.getElementById('send').disabled"))
+
+    # 3. Model output is text, never markup: HTML, script and event handlers in the reasoning or the answer (also
+    # inside code spans and fences) come out as the characters they are. Only the page's own markdown tags may exist.
+    hostile = ('<script>window.__xss=1</script><img src=x onerror="window.__xss=2"> <b onclick="window.__xss=3">b</b> '
+               '`<i onmouseover=x>` **<iframe src=javascript:window.__xss=4>** '
+               '```\n<svg onload="window.__xss=5"></svg>\n``` &lt; &amp;')
+    allowed = "['B','I','CODE','PRE','BR','DIV','DETAILS','SUMMARY']"
+    inspect = ("(el => { const bad = [...el.querySelectorAll('*')].filter(e => !" + allowed + ".includes(e.tagName)"
+               " || [...e.attributes].some(a => a.name !== 'class' && a.name !== 'open'));"
+               " return [bad.map(e => e.outerHTML), el.textContent]; })")
+    got = page.eval("(() => { const d = document.createElement('div'); d.innerHTML = render(" + json.dumps(hostile) +
+                    ", " + json.dumps(hostile) + "); return " + inspect + "(d); })()")
+    visible = lambda s: re.sub(r"[`*\n]", "", s)
+    check("render(): HTML and script in model output create no elements", got and got[0] == [], repr(got))
+    check("render(): HTML in model output is shown as its text",
+          got and visible(got[1]) == "thinking" + visible(hostile) * 2, repr(got and got[1]))
+    # The same through the streaming path: fetch is stubbed to stream the hostile text as SSE deltas.
+    sse = "".join("data: " + json.dumps({"choices": [{"index": 0, "delta": d}]}) + "\n\n"
+                  for d in ({"reasoning_content": hostile[:40]}, {"reasoning_content": hostile[40:]},
+                            {"content": hostile[:25]}, {"content": hostile[25:]})) + "data: [DONE]\n\n"
+    page.eval("window.__realFetch = window.fetch; window.fetch = async () => new Response(new ReadableStream({start(c)"
+              " { c.enqueue(new TextEncoder().encode(" + json.dumps(sse) + ")); c.close(); }}),"
+              " {status: 200, headers: {'Content-Type': 'text/event-stream'}});"
+              "document.getElementById('reset').click(); document.getElementById('input').value = 'html please';"
+              "document.getElementById('send').click(); 1")
+    got = page.wait_for("(() => { const d = document.querySelector('[data-role=assistant][data-done]');"
+                        " return d ? " + inspect + "(d) : null; })()", 30)
+    page.eval("window.fetch = window.__realFetch; 1")
+    check("a streamed answer with HTML and script creates no elements", got and got[0] == [], repr(got))
+    check("a streamed answer with HTML is shown as its text",
+          got and visible(got[1]) == "thinking" + visible(hostile) * 2, repr(got and got[1]))
+    check("no injected script ran", page.eval("window.__xss === undefined"))
 finally:
     browser.terminate()
     try:

@@ -266,4 +266,23 @@ TEST(ChatTemplate, ContinuedConversationFallsBack) {
   EXPECT_THROW(strict.render_turns(bad, json(), json()), Error);
 }
 
+// Integers are int64 where Python's are unbounded: overflow is an error, never a wrapped value or a trap
+// (INT64_MIN // -1), and `*` / `**` cannot run away on one expression (inputs of fuzz/fuzz_jinja.cpp).
+TEST(Jinja, IntegerLimits) {
+  auto render = [](const std::string& src) { return Template(src).render(json::object()); };
+  EXPECT_EQ(render("{{ 9223372036854775806 + 1 }}"), "9223372036854775807");
+  EXPECT_THROW(render("{{ 9223372036854775807 + 1 }}"), Error);
+  EXPECT_THROW(render("{{ -9223372036854775807 - 2 }}"), Error);
+  EXPECT_THROW(render("{{ 4611686018427387904 * 2 }}"), Error);
+  EXPECT_THROW(render("{{ -(-9223372036854775807 - 1) }}"), Error);
+  EXPECT_THROW(render("{{ (-9223372036854775807 - 1) // -1 }}"), Error);
+  EXPECT_EQ(render("{{ (-9223372036854775807 - 1) % -1 }}|{{ 7 // -1 }}|{{ -7 % -1 }}|{{ 7 // -2 }}"), "0|-7|0|-4");
+  EXPECT_EQ(render("{{ 2 ** 62 }}|{{ (-2) ** 63 }}|{{ 3 ** 0 }}|{{ 1 ** 1000000000000000000 }}|{{ (-1) ** 999999999999 }}"),
+            "4611686018427387904|-9223372036854775808|1|1|-1");
+  EXPECT_THROW(render("{{ 2 ** 63 }}"), Error);
+  EXPECT_THROW(render("{{ 'ab' * 100000000000 }}"), Error);
+  EXPECT_THROW(render("{{ ([1] * 100001) | length }}"), Error);
+  EXPECT_EQ(render("{{ ([1, 2] * 3) | length }}|{{ 'ab' * 2 }}|{{ 'x' * -1 }}"), "6|abab|");
+}
+
 }  // namespace
