@@ -119,17 +119,24 @@ Value f_int(const Value& v, CallArgs& a) {
   Args args(a, "int", {"default", "base"});
   Value def = args.get(0, Value::integer(0));
   if (v.is_integral()) return Value::integer(v.as_int());
-  if (v.is_float()) return std::isfinite(v.as_float()) ? Value::integer(static_cast<int64_t>(v.as_float())) : def;
+  // A finite float beyond int64 would be a big int in Python; tern has none, so that is an error as integer
+  // overflow is elsewhere. inf and nan give the default (Python's int() raises, jinja2 catches).
+  auto from_float = [&](double d) {
+    if (!std::isfinite(d)) return def;
+    if (std::fabs(d) >= 9223372036854775808.0) throw Error("int(): " + float_repr(d) + " does not fit in 64 bits");
+    return Value::integer(static_cast<int64_t>(d));
+  };
+  if (v.is_float()) return from_float(v.as_float());
   if (v.is_string()) {
     std::string s = py_strip(v.str_ref(), nullptr, true, true);
     try {
       size_t used = 0;
       int64_t i = std::stoll(s, &used, 10);
       if (used == s.size()) return Value::integer(i);
-      double d = std::stod(s, &used);  // jinja2 falls back to int(float(value))
-      if (used == s.size() && std::isfinite(d)) return Value::integer(static_cast<int64_t>(d));
     } catch (const std::exception&) {
     }
+    double d = 0;  // jinja2 falls back to int(float(value))
+    if (parse_python_float(s, &d)) return from_float(d);
   }
   return def;
 }
@@ -139,12 +146,8 @@ Value f_float(const Value& v, CallArgs& a) {
   if (v.is_number()) return Value::number(v.as_float());
   if (v.is_string()) {
     std::string s = py_strip(v.str_ref(), nullptr, true, true);
-    try {
-      size_t used = 0;
-      double d = std::stod(s, &used);
-      if (used == s.size()) return Value::number(d);
-    } catch (const std::exception&) {
-    }
+    double d = 0;
+    if (parse_python_float(s, &d)) return Value::number(d);
   }
   return args.get(0, Value::number(0.0));
 }

@@ -98,8 +98,9 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
     const Value* seq = a.is_integral() ? &b : &a;
     const Value* n = a.is_integral() ? &a : &b;
     if (n->is_integral() && (seq->is_string() || seq->is_list())) {
-      const uint64_t k = static_cast<uint64_t>(std::max<int64_t>(0, n->as_int()));
       const uint64_t len = seq->is_string() ? seq->str_ref().size() : seq->list_ref().size();
+      // An empty sequence stays empty however large the count ('' * 10**11 must not loop 10**11 times).
+      const uint64_t k = len == 0 ? 0 : static_cast<uint64_t>(std::max<int64_t>(0, n->as_int()));
       if (len && k > (seq->is_string() ? kMaxRepeatBytes : kMaxRepeatItems) / len)
         throw Error(strf("'*' would make a %s of %llu x %llu %s (the limit is %llu)", seq->is_string() ? "string" : "list",
                          static_cast<unsigned long long>(k), static_cast<unsigned long long>(len),

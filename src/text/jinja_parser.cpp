@@ -9,6 +9,13 @@
 namespace tern::text::jinja {
 namespace {
 
+// A float literal as Jinja reads it (Python's float()): 1e999 is inf, not an error.
+double parse_float_literal(const std::string& text) {
+  double d = 0;
+  if (!parse_python_float(text, &d)) throw Error("jinja: malformed float literal " + text);
+  return d;
+}
+
 class Parser {
  public:
   explicit Parser(const std::vector<Token>& toks) : t_(toks) {}
@@ -471,7 +478,7 @@ class Parser {
           fail_at(tok, "integer literal " + tok.text + " does not fit in 64 bits");
         }
       }
-      case Tok::kFloat: ++i_; return lit(Value::number(std::stod(tok.text)));
+      case Tok::kFloat: ++i_; return lit(Value::number(parse_float_literal(tok.text)));
       case Tok::kOp:
         if (tok.text == "(") {
           ++i_;
@@ -527,7 +534,12 @@ class Parser {
           auto g = node(ExprKind::kGetItem, at);
           g->args.push_back(std::move(e));
           auto idx = node(ExprKind::kLiteral, cur());
-          idx->literal = Value::integer(std::stoll(t_[i_++].text));
+          const Token& num = t_[i_++];
+          try {
+            idx->literal = Value::integer(std::stoll(num.text));
+          } catch (const std::exception&) {
+            fail_at(num, "integer literal " + num.text + " does not fit in 64 bits");
+          }
           g->args.push_back(std::move(idx));
           e = std::move(g);
         } else {

@@ -1,6 +1,9 @@
 // Python semantics for jinja values: constructors, truthiness, str/repr, ==/<, json.dumps, UTF-8.
 #include "text/jinja_value.h"
 
+#include <cerrno>
+#include <cstdlib>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -136,6 +139,21 @@ std::string Value::type_name() const {
     case Kind::kCallable: return "function";
   }
   return "?";
+}
+
+bool parse_python_float(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  // Hex floats are C's, not Python's.
+  for (char c : s)
+    if (c == 'x' || c == 'X' || c == 'p' || c == 'P') return false;
+  // strtod reports overflow/underflow through errno but still returns +-HUGE_VAL / the rounded value, which is
+  // Python's result; tern never changes the C locale, so '.' is the decimal point.
+  char* end = nullptr;
+  errno = 0;
+  double d = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size()) return false;
+  *out = d;
+  return true;
 }
 
 std::string float_repr(double f) {

@@ -100,6 +100,9 @@ bool py_equal(const Value& a, const Value& b);
 bool py_less(const Value& a, const Value& b, bool* ok);
 // CPython float repr (shortest round trip; exponent form below 1e-4 or from 1e16).
 std::string float_repr(double f);
+// Python's float(s) for a decimal spelling: a value beyond the double range is +-inf, one below it rounds to 0 or
+// a subnormal (never an error, as in Python). Returns false when s is not wholly a number; *out is then unchanged.
+bool parse_python_float(const std::string& s, double* out);
 
 struct JsonOptions {
   bool ensure_ascii = false;
