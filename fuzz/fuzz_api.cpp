@@ -3,7 +3,10 @@
 // chat template render, tokenization) or parse_completion_request, with the bundled model's tokenizer and chat
 // template (Qwen dialect) or the GLM-5 toy fixture's (GLM dialect). Then, as the scheduler would, a few steps of
 // the request's token constraint (JSON / forced tool choice) over the vocabulary. Any outcome but a ParsedRequest
-// or an ApiError / tern::Error (the route's 4xx) is a bug: the route answers anything else with a 500. Byte 0 picks endpoint, model and reasoning_format; the rest is the body.
+// or an ApiError / tern::Error (the route's 4xx) is a bug: the route answers anything else with a 500. Byte 0 picks
+// the endpoint (bit 0: completions, else chat; bit 4: Anthropic's /v1/messages, translated by messages_to_chat,
+// bit 5 with it: /v1/messages/count_tokens), the model (bit 1: GLM), reasoning_format (bit 2) and the turn cache
+// (bit 3); the rest is the body.
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -13,6 +16,7 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "serve/anthropic.h"
 #include "serve/api.h"
 #include "serve/json_constraint.h"
 #include "text/gguf_vocab.h"
@@ -69,12 +73,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::unique_ptr<Model> glm = load("tests/fixtures/models/glm5-toy.f16.gguf", ToolCallFormat::kGlm);
   if (size < 1) return 0;
   const Model& m = data[0] & 2 ? *glm : *qwen;
-  const bool chat = !(data[0] & 1);
+  const bool messages = data[0] & 16;
+  const bool chat = messages || !(data[0] & 1);
   const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
   text::TurnCache turns;
   ApiContext ctx{m.tok, &m.tpl, m.info, data[0] & 4 ? "auto" : "none", data[0] & 8 ? &turns : nullptr, m.format};
   try {
-    const json b = parse_json_body(body);
+    const json b = messages ? messages_to_chat(parse_json_body(body), data[0] & 32) : parse_json_body(body);
     ParsedRequest p = chat ? parse_chat_request(b, ctx) : parse_completion_request(b, ctx);
     if (p.gen.prompt.empty()) __builtin_trap();
     for (int32_t id : p.gen.prompt)

@@ -1,4 +1,4 @@
-// `tern serve -m MODEL`: an OpenAI-compatible HTTP server with continuous batching (see docs/SERVE.md).
+// `tern serve -m MODEL`: an OpenAI- and Anthropic-compatible HTTP server with continuous batching (see docs/SERVE.md).
 // SIGINT / SIGTERM stop it: running requests are cancelled, then the server exits with status 0.
 #include <pthread.h>
 #include <signal.h>
@@ -40,7 +40,7 @@ static RunFn setup_serve(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--port", o->server.port, "Port to listen on (0: any free port, logged)")->capture_default_str();
   app.add_option("--api-key", o->server.api_key,
-                 "Require 'Authorization: Bearer KEY' on every route but / and /health (else 401)");
+                 "Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every route but / and /health (else 401)");
   app.add_option("--alias", o->aliases,
                  "Another name the 'model' field accepts, listed in /v1/models after the id (the file name without "
                  ".gguf); repeatable")
@@ -113,6 +113,6 @@ static RunFn setup_serve(CLI::App& app) {
   };
 }
 
-TERN_COMMAND(serve, "serve", "OpenAI-compatible HTTP server with continuous batching", setup_serve);
+TERN_COMMAND(serve, "serve", "OpenAI- and Anthropic-compatible HTTP server with continuous batching", setup_serve);
 
 }  // namespace tern::cli

@@ -7,13 +7,18 @@ namespace tern::runtime {
 StopMatch find_stop(const std::string& text, const std::vector<std::string>& stops, size_t searched) {
   StopMatch m;
   size_t first = std::string::npos;
-  for (const auto& s : stops) {
+  int which = -1;
+  for (size_t i = 0; i < stops.size(); ++i) {
+    const std::string& s = stops[i];
     if (s.empty()) continue;
     const size_t from = searched >= s.size() ? searched - s.size() + 1 : 0;
     const size_t p = text.find(s, from);
-    if (p != std::string::npos) first = std::min(first, p);
+    if (p != std::string::npos && p < first) {
+      first = p;
+      which = static_cast<int>(i);
+    }
   }
-  if (first != std::string::npos) return {true, first};
+  if (first != std::string::npos) return {true, first, which};
   // Hold back the longest suffix of text that is a proper prefix of some stop string.
   size_t hold = 0;
   for (const auto& s : stops) {

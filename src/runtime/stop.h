@@ -9,6 +9,7 @@ namespace tern::runtime {
 struct StopMatch {
   bool stopped = false;
   size_t emit_upto = 0;  // bytes of `text` that may be emitted
+  int which = -1;        // when stopped: the index in `stops` of the string found (the earliest; ties: the first)
 };
 
 // text: everything generated so far. Returns where to cut if a stop string occurs, else the safe emit length.

@@ -387,7 +387,9 @@ bool Scheduler::after_token(Job& j, int32_t tok, const float* logits, int64_t n_
   ++j.c->n_generated_;
   const int64_t n_gen = static_cast<int64_t>(j.c->tokens_.size());
   if (eog) {
-    j.c->post(j.text.finish(), Finish::kStop);
+    std::string rest = j.text.finish();
+    j.c->stop_string_ = j.text.matched_stop();  // a stop string completed by the final flush
+    j.c->post(rest, Finish::kStop);
     j.done = true;
     return false;
   }
@@ -403,6 +405,7 @@ bool Scheduler::after_token(Job& j, int32_t tok, const float* logits, int64_t n_
     j.json.reset();  // the forced part is over; the rest is free
   }
   if (stopped) {
+    j.c->stop_string_ = j.text.matched_stop();
     j.c->post(piece, Finish::kStop);
     j.done = true;
     return false;

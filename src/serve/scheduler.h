@@ -73,6 +73,8 @@ class Completion {
   // Valid once wait() returned true.
   Finish finish() const;
   const std::string& error() const { return error_; }
+  // The stop string that ended the answer (finish kStop); empty when an end token or a finished JSON answer did.
+  const std::string& stop_string() const { return stop_string_; }
   const std::vector<int32_t>& tokens() const { return tokens_; }  // generated ids (a final end token included)
   int64_t n_prompt() const { return n_prompt_; }
   int64_t n_cached() const { return n_cached_; }  // prompt tokens restored from the prefix cache
@@ -89,6 +91,7 @@ class Completion {
   std::vector<TokenLogprob> pending_logprobs_;
   Finish finish_ = Finish::kNone;
   std::string error_;
+  std::string stop_string_;  // written by the scheduler thread before it posts the finish
   std::vector<int32_t> tokens_;  // written by the scheduler thread before it posts kNone -> finished
   int64_t n_prompt_ = 0;
   std::atomic<int64_t> n_cached_{0};

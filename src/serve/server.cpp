@@ -7,9 +7,11 @@
 #include <chrono>
 #include <ctime>
 #include <random>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "serve/anthropic.h"
 #include "serve/web_page.h"
 
 namespace tern::serve {
@@ -36,6 +38,9 @@ ApiError error_of(int status, const std::string& message, const std::string& typ
   e.type = type;
   return e;
 }
+
+// Anthropic's routes answer errors in Anthropic's shape.
+bool anthropic_route(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
 
 }  // namespace
 
@@ -114,9 +119,9 @@ void Server::count(const std::string& endpoint) {
 }
 
 void Server::routes() {
-  auto reply_error = [this](httplib::Response& res, const ApiError& e) {
+  auto reply_error = [this](httplib::Response& res, const ApiError& e, bool anthropic = false) {
     res.status = e.status;
-    set_json(res, e.body());
+    set_json(res, anthropic ? anthropic_error_body(e) : e.body());
     std::lock_guard lk(stats_m_);
     ++errors_[e.status];
   };
@@ -125,8 +130,9 @@ void Server::routes() {
   // anything else -> 500.
   using PostFn = std::function<void(const std::string& body, httplib::Response&)>;
   auto post = [this, reply_error](const char* path, PostFn fn) {
-    http_->Post(path, [reply_error, fn](const httplib::Request& req, httplib::Response& res,
-                                        const httplib::ContentReader& reader) {
+    const bool anthropic = anthropic_route(path);
+    http_->Post(path, [reply_error, fn, anthropic](const httplib::Request& req, httplib::Response& res,
+                                                   const httplib::ContentReader& reader) {
       try {
         if (req.is_multipart_form_data())
           api_fail(400, "", "invalid_json", "expected a JSON body, got multipart form data");
@@ -145,12 +151,12 @@ void Server::routes() {
         }
         fn(body, res);
       } catch (const ApiError& e) {
-        reply_error(res, e);
+        reply_error(res, e, anthropic);
       } catch (const Error& e) {
-        reply_error(res, error_of(400, e.what(), "invalid_request_error"));
+        reply_error(res, error_of(400, e.what(), "invalid_request_error"), anthropic);
       } catch (const std::exception& e) {
         log::error("%s %s: %s", req.method.c_str(), req.path.c_str(), e.what());
-        reply_error(res, error_of(500, std::string("internal error: ") + e.what(), "server_error"));
+        reply_error(res, error_of(500, std::string("internal error: ") + e.what(), "server_error"), anthropic);
       }
     });
   };
@@ -165,17 +171,22 @@ void Server::routes() {
                                       "%zu KiB)", req.headers.size(), header_bytes, kMaxHeaderCount, kMaxHeaderBytes >> 10),
                             "invalid_request_error");
       e.code = "headers_too_large";
-      reply_error(res, e);
+      reply_error(res, e, anthropic_route(req.path));
       return httplib::Server::HandlerResponse::Handled;
     }
     if (o_.api_key.empty() || req.path == "/" || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    // OpenAI clients send `Authorization: Bearer KEY`, Anthropic's `x-api-key: KEY`; either will do on any route.
     const std::string h = req.get_header_value("Authorization");
+    const bool has_x = req.has_header("x-api-key");
     if (h.rfind("Bearer ", 0) == 0 && same_secret(h.substr(7), o_.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
-    ApiError e = error_of(401, h.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "incorrect API key provided",
+    if (has_x && same_secret(req.get_header_value("x-api-key"), o_.api_key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e = error_of(401, h.empty() && !has_x ? "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
+                                                   : "incorrect API key provided",
                           "invalid_request_error");
     e.code = "invalid_api_key";
-    reply_error(res, e);
+    reply_error(res, e, anthropic_route(req.path));
     return httplib::Server::HandlerResponse::Handled;
   });
   http_->set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
@@ -193,7 +204,7 @@ void Server::routes() {
     } else if (res.status == 400) {
       e.message = "malformed HTTP request (or a header line over 8 KiB)";
     }
-    set_json(res, e.body());
+    set_json(res, anthropic_route(req.path) ? anthropic_error_body(e) : e.body());
     std::lock_guard lk(stats_m_);
     ++errors_[res.status];
     return httplib::Server::HandlerResponse::Handled;
@@ -232,6 +243,16 @@ void Server::routes() {
   post("/v1/completions", [this](const std::string& body, httplib::Response& res) {
     count("completions");
     generate(body, res, false);
+  });
+  post("/v1/messages", [this](const std::string& body, httplib::Response& res) {
+    count("messages");
+    messages(body, res);
+  });
+  post("/v1/messages/count_tokens", [this](const std::string& body, httplib::Response& res) {
+    count("messages_count_tokens");
+    ApiContext ctx{tok_, tpl_, model_, "auto", nullptr, tool_format_};
+    const ParsedRequest p = parse_chat_request(messages_to_chat(parse_json_body(body), /*count_only=*/true), ctx);
+    set_json(res, json{{"input_tokens", p.gen.prompt.size()}});
   });
   post("/tokenize", [this](const std::string& body, httplib::Response& res) {
     count("tokenize");
@@ -279,15 +300,7 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
   const json body = parse_json_body(request_body);
   ApiContext ctx{tok_, tpl_, model_, o_.reasoning_format, &turns_, tool_format_};
   ParsedRequest p = chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
-  std::shared_ptr<Completion> c;
-  try {
-    c = sched_.submit(std::move(p.gen));
-  } catch (const AdmissionError& e) {
-    if (e.queue_full) throw error_of(503, e.what(), "server_overloaded");
-    api_fail(400, chat ? "messages" : "prompt", "context_length_exceeded", e.what());
-  } catch (const Error& e) {
-    api_fail(400, "", "invalid_value", e.what());
-  }
+  std::shared_ptr<Completion> c = submit(std::move(p.gen), chat ? "messages" : "prompt");
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   const std::string model = p.model;  // the name the request used (the id or an alias), else the id
@@ -423,6 +436,122 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
           if (!calls.empty() && f == Finish::kStop) out["choices"][0]["finish_reason"] = "tool_calls";
         } else {
           out = completion_response(id, created, model, text, f, usage, lp);
+        }
+        const std::string s = to_text(out);
+        if (!sink.write(s.data(), s.size())) return lost();
+        sink.done();
+        return true;
+      },
+      [c](bool success) {
+        if (!success) c->cancel();
+      });
+}
+
+std::shared_ptr<Completion> Server::submit(GenRequest gen, const char* param) {
+  try {
+    return sched_.submit(std::move(gen));
+  } catch (const AdmissionError& e) {
+    if (e.queue_full) throw error_of(503, e.what(), "server_overloaded");
+    api_fail(400, param, "context_length_exceeded", e.what());
+  } catch (const Error& e) {
+    api_fail(400, "", "invalid_value", e.what());
+  }
+}
+
+void Server::messages(const std::string& request_body, httplib::Response& res) {
+  ApiContext ctx{tok_, tpl_, model_, "auto", &turns_, tool_format_};
+  ParsedRequest p = parse_chat_request(messages_to_chat(parse_json_body(request_body)), ctx);
+  const int64_t n_prompt = static_cast<int64_t>(p.gen.prompt.size());
+  std::shared_ptr<Completion> c = submit(std::move(p.gen), "messages");
+  const std::string id = random_id("msg_");
+  const std::string model = p.model;
+  const Reasoning reasoning = p.reasoning;
+  const ToolCallFormat tool_format = p.tool_format;
+  const json tools = p.tools;
+  const std::string forced = p.forced_text;
+  auto lost = [this, c] {
+    c->cancel();
+    ++disconnects_;
+    return false;
+  };
+  // The answer's parts as chat completions split them; the forced opening of a tool call closes an empty think
+  // block, which is not shown.
+  auto splitter = [=] {
+    auto s = std::make_shared<ChatOutputSplitter>(reasoning, tools, tool_format);
+    ChatDelta d = s->push(forced);
+    d.reasoning.clear();
+    return std::make_pair(s, d);
+  };
+  // stop_reason, stop_sequence (set only when that is the reason) and usage.
+  auto outcome = [c](bool tool_calls) {
+    const std::string reason = anthropic_stop_reason(c->finish(), tool_calls, c->stop_string());
+    return std::make_tuple(reason, reason == "stop_sequence" ? c->stop_string() : std::string(),
+                           anthropic_usage(c->n_prompt(), c->n_completion(), c->n_cached()));
+  };
+  if (p.stream) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [=](size_t, httplib::DataSink& sink) {
+          auto send = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
+          MessageEvents ev(id, model);
+          if (!send(ev.start(n_prompt))) return lost();
+          auto [split, first] = splitter();
+          if (!send(ev.push(first))) return lost();
+          auto last = clock::now();
+          for (;;) {
+            std::string text;
+            const bool done = c->wait(&text, 100ms);
+            if (!text.empty()) {
+              if (!send(ev.push(split->push(text)))) return lost();
+              last = clock::now();
+            } else if (clock::now() - last > 1s) {
+              if (!send(MessageEvents::ping())) return lost();
+              last = clock::now();
+            }
+            if (done) break;
+          }
+          if (c->finish() == Finish::kError) {
+            if (!send(MessageEvents::error(error_of(500, c->error(), "server_error")))) return lost();
+            sink.done();
+            return true;
+          }
+          std::vector<ToolCall> calls;
+          if (!send(ev.push(split->finish(&calls)))) return lost();
+          if (!send(ev.tool_uses(calls))) return lost();
+          const auto [stop_reason, stop_sequence, usage] = outcome(!calls.empty());
+          if (!send(ev.finish(stop_reason, stop_sequence, usage))) return lost();
+          sink.done();
+          return true;
+        },
+        [c](bool success) {
+          if (!success) c->cancel();
+        });
+    return;
+  }
+  res.set_chunked_content_provider(
+      "application/json",
+      [=](size_t, httplib::DataSink& sink) {
+        std::string text;
+        auto last = clock::now();
+        while (!c->wait(&text, 100ms)) {
+          if (clock::now() - last > 1s) {  // leading JSON whitespace: finds a client that left
+            if (!sink.write(" ", 1)) return lost();
+            last = clock::now();
+          }
+        }
+        json out;
+        if (c->finish() == Finish::kError) {
+          out = anthropic_error_body(error_of(500, c->error(), "server_error"));
+        } else {
+          auto [split, d] = splitter();
+          const ChatDelta rest = split->push(text);
+          std::vector<ToolCall> calls;
+          const ChatDelta tail = split->finish(&calls);
+          d.reasoning += rest.reasoning + tail.reasoning;
+          d.content += rest.content + tail.content;
+          const auto [stop_reason, stop_sequence, usage] = outcome(!calls.empty());
+          out = anthropic_message(id, model, anthropic_content(d, calls), stop_reason, stop_sequence, usage);
         }
         const std::string s = to_text(out);
         if (!sink.write(s.data(), s.size())) return lost();

@@ -1,6 +1,8 @@
-// The HTTP server (cpp-httplib): OpenAI routes (/v1/chat/completions, /v1/completions, /v1/models), /health,
-// /metrics (Prometheus text), /tokenize, /detokenize and the web chat page at /. Generation goes through the
-// Scheduler; a client that disconnects cancels its request. Errors use OpenAI's error body.
+// The HTTP server (cpp-httplib): OpenAI routes (/v1/chat/completions, /v1/completions, /v1/models), Anthropic's
+// (/v1/messages, /v1/messages/count_tokens), /health, /metrics (Prometheus text), /tokenize, /detokenize and the web
+// chat page at /. Generation goes through the Scheduler; a client that disconnects cancels its request. Errors use
+// OpenAI's error body, Anthropic's on its routes. The API key is taken as `Authorization: Bearer KEY` or
+// `x-api-key: KEY` (Anthropic's header).
 // Security defaults (docs/SERVE.md "Security"): loopback unless told otherwise, an optional API key compared in
 // constant time, body and header size limits; no route reads a file.
 #pragma once
@@ -58,6 +60,8 @@ class Server {
  private:
   void routes();
   void generate(const std::string& body, httplib::Response& res, bool chat);
+  void messages(const std::string& body, httplib::Response& res);  // Anthropic /v1/messages
+  std::shared_ptr<Completion> submit(GenRequest gen, const char* param);  // admission errors -> ApiError
   std::string metrics_text();
   void count(const std::string& endpoint);
 

@@ -19,6 +19,7 @@ std::string TextStream::push(int32_t id, bool* stopped) {
   text_ += dec_.push(id);
   runtime::StopMatch m = runtime::find_stop(text_, stops_, searched);
   *stopped = m.stopped;
+  if (m.stopped) matched_ = stops_[static_cast<size_t>(m.which)];
   return take(m.emit_upto);
 }
 
@@ -26,6 +27,7 @@ std::string TextStream::finish() {
   const size_t searched = text_.size();
   text_ += dec_.flush();
   runtime::StopMatch m = runtime::find_stop(text_, stops_, searched);
+  if (m.stopped) matched_ = stops_[static_cast<size_t>(m.which)];
   return take(m.stopped ? m.emit_upto : text_.size());
 }
 

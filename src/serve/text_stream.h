@@ -18,6 +18,8 @@ class TextStream {
   std::string push(int32_t id, bool* stopped);
   // End of generation (not by a stop string): returns everything still held back.
   std::string finish();
+  // After a stop: the stop string that ended the text (empty when none did).
+  const std::string& matched_stop() const { return matched_; }
 
  private:
   std::string take(size_t upto);
@@ -26,6 +28,7 @@ class TextStream {
   std::vector<std::string> stops_;
   std::string text_;    // all decoded text so far
   size_t emitted_ = 0;  // bytes of text_ already returned
+  std::string matched_;
 };
 
 }  // namespace tern::serve

@@ -123,6 +123,11 @@ TEST(Stop, FindsAndHoldsBack) {
   m = find_stop("hello </s> more", stops);
   EXPECT_TRUE(m.stopped);
   EXPECT_EQ(m.emit_upto, 6u);
+  EXPECT_EQ(m.which, 0);
+  m = find_stop("a STOP b </s>", stops);  // the earliest occurrence names the string, not the list order
+  EXPECT_TRUE(m.stopped);
+  EXPECT_EQ(m.which, 1);
+  EXPECT_EQ(m.emit_upto, 2u);
   m = find_stop("abc", {});
   EXPECT_EQ(m.emit_upto, 3u);
   m = find_stop("xxSTO", stops);
