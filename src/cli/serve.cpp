@@ -1,5 +1,6 @@
 // `tern serve -m MODEL`: an OpenAI- and Anthropic-compatible HTTP server with continuous batching (see docs/SERVE.md).
-// SIGINT / SIGTERM stop it: running requests are cancelled, then the server exits with status 0.
+// SIGINT / SIGTERM stop it gracefully: new generation requests get 503 while the running ones finish (for at most
+// --shutdown-grace seconds, then they are cancelled); a second signal cancels at once; the exit status is 0.
 #include <pthread.h>
 #include <signal.h>
 
@@ -12,6 +13,7 @@
 #include "cli/text_model.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "models/expert_store.h"
 #include "serve/scheduler.h"
 #include "serve/server.h"
 #include "text/chat_template.h"
@@ -27,6 +29,8 @@ struct ServeOptions {
   std::vector<std::string> aliases;
   bool any_model = false;
   int64_t cache_mib = 512;
+  double shutdown_grace = 30;
+  int64_t fault_expert_read = 0;
 };
 
 }  // namespace
@@ -60,6 +64,13 @@ static RunFn setup_serve(CLI::App& app) {
   app.add_option("--cache-mib", o->cache_mib, "Prefix-cache budget in MiB (0: off)")->capture_default_str();
   app.add_option("--http-threads", o->server.http_threads, "HTTP worker threads (0: max(64, 8 x --parallel))")
       ->capture_default_str();
+  app.add_option("--shutdown-grace", o->shutdown_grace,
+                 "Seconds SIGTERM/SIGINT lets running requests finish (new ones get 503) before cancelling them")
+      ->capture_default_str();
+  // Testing only (fault tests of expert streaming): not listed in --help.
+  app.add_option("--fault-expert-read", o->fault_expert_read,
+                 "Testing: make the Nth expert read from the file fail (with --mem-budget / --expert-cache)")
+      ->group("");
   return [o] {
     // Signals go to one waiting thread (blocked here, before any other thread exists, so every thread inherits it).
     sigset_t sigs;
@@ -71,6 +82,14 @@ static RunFn setup_serve(CLI::App& app) {
 
     if (o->sched.parallel < 1) fail("--parallel must be >= 1 (got %d)", o->sched.parallel);
     if (o->cache_mib < 0) fail("--cache-mib must be >= 0 (got %lld)", static_cast<long long>(o->cache_mib));
+    if (!(o->shutdown_grace >= 0) || o->shutdown_grace > 86400)
+      fail("--shutdown-grace must be in [0, 86400] seconds (got %g)", o->shutdown_grace);
+    if (o->fault_expert_read < 0) fail("--fault-expert-read must be >= 0");
+    if (o->fault_expert_read > 0) {
+      log::warn("--fault-expert-read %lld: expert read %lld will fail (a fault test)",
+                static_cast<long long>(o->fault_expert_read), static_cast<long long>(o->fault_expert_read));
+      models::ExpertStore::fail_read_for_testing(static_cast<uint64_t>(o->fault_expert_read));
+    }
     o->sched.cache_bytes = static_cast<size_t>(o->cache_mib) << 20;
     o->engine.n_parallel = o->sched.parallel;  // the memory plan and the default context hold this many sequences
     o->engine.batch_rows = o->sched.batch + o->sched.parallel;
@@ -93,22 +112,34 @@ static RunFn setup_serve(CLI::App& app) {
     info.n_vocab = tm.tokenizer->n_vocab();
     serve::Server server(o->server, sched, *tm.tokenizer, tpl.get(), info);
 
+    // The first signal drains (on its own thread, so that a second signal can still be taken here and end the
+    // wait); run() returns once the server has stopped.
+    std::thread drainer;
     std::thread waiter([&] {
       int sig = 0;
       sigwait(&sigs, &sig);
-      log::info("signal %d: cancelling running requests and stopping", sig);
-      sched.cancel_all();
-      server.stop();
+      if (!server.port()) {  // not serving yet (or never will): nothing to drain
+        server.stop();
+        return;
+      }
+      log::info("signal %d: finishing %d running request(s) (at most %gs; new ones get 503; another signal cancels "
+                "them now)", sig, server.in_flight(), o->shutdown_grace);
+      drainer = std::thread([&] { server.drain(std::chrono::milliseconds(static_cast<int64_t>(o->shutdown_grace * 1000))); });
+      sigwait(&sigs, &sig);
+      server.force();
     });
+    auto end_threads = [&] {
+      pthread_kill(waiter.native_handle(), SIGTERM);  // wakes a waiter still in sigwait; no-op if it returned
+      waiter.join();
+      if (drainer.joinable()) drainer.join();
+    };
     try {
       server.run();
     } catch (...) {
-      pthread_kill(waiter.native_handle(), SIGTERM);
-      waiter.join();
+      end_threads();
       throw;
     }
-    pthread_kill(waiter.native_handle(), SIGTERM);  // no-op if the waiter already returned
-    waiter.join();
+    end_threads();
     return 0;
   };
 }

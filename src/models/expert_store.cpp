@@ -1,5 +1,7 @@
 #include "models/expert_store.h"
 
+#include <atomic>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -189,7 +191,19 @@ ExpertMatrices ExpertStore::get(int il, int64_t e) {
   return slot_views(model_, mapped(il, e), L.arena->data() + static_cast<size_t>(slot) * L.expert_bytes);
 }
 
+namespace {
+std::atomic<uint64_t> g_fail_read_at{0}, g_reads{0};
+}  // namespace
+
+void ExpertStore::fail_read_for_testing(uint64_t nth) {
+  g_fail_read_at = nth;
+  g_reads = 0;
+}
+
 void ExpertStore::read_expert(int il, int32_t slot, int64_t e) {
+  if (const uint64_t at = g_fail_read_at.load(std::memory_order_relaxed); at && ++g_reads == at)
+    fail("%s: reading expert %lld of layer %d: input/output error (injected by --fault-expert-read)",
+         model_.file->name().c_str(), static_cast<long long>(e), il);
   Layer& L = layers_[il];
   const ExpertMatrices file = mapped(il, e);
   const ExpertMatrices x = slot_views(model_, file, L.arena->data() + static_cast<size_t>(slot) * L.expert_bytes);

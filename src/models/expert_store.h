@@ -65,6 +65,10 @@ class ExpertStore : public ExpertSource {
   static std::vector<size_t> expert_bytes_per_layer(const ExpertLayout& model);
   static size_t cache_bytes(const ExpertLayout& model, int64_t slots);
 
+  // Fault tests (`tern serve --fault-expert-read N`): the Nth expert read of the process (counted over every
+  // store, from 1) fails as an I/O error would; 0: none. Set before any model runs.
+  static void fail_read_for_testing(uint64_t nth);
+
  private:
   enum class SlotState : uint8_t { kReady, kLoading, kFailed };
   struct Layer {

@@ -24,6 +24,7 @@ struct ApiError {
   std::string param;  // empty: null
   std::string code;   // empty: null
   std::string type = "invalid_request_error";
+  int retry_after = 0;  // > 0: a Retry-After header (seconds) goes with the answer
   json body() const;
 };
 [[noreturn]] void api_fail(int status, const std::string& param, const std::string& code, const std::string& message);

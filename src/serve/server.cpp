@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 #include <random>
+#include <thread>
 #include <tuple>
 
 #include "core/error.h"
@@ -38,6 +39,16 @@ ApiError error_of(int status, const std::string& message, const std::string& typ
   e.type = type;
   return e;
 }
+
+// Counts a generation request from its admission until its response has been written (or abandoned): the guard
+// lives in the response's content provider, which httplib destroys when the response is done.
+struct InFlight {
+  std::atomic<int>& n;
+  explicit InFlight(std::atomic<int>& n_) : n(n_) { ++n; }
+  ~InFlight() { --n; }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+};
 
 // Anthropic's routes answer errors in Anthropic's shape.
 bool anthropic_route(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
@@ -97,6 +108,21 @@ Server::~Server() = default;
 
 void Server::stop() { http_->stop(); }
 
+void Server::drain(std::chrono::milliseconds grace) {
+  draining_ = true;
+  const auto deadline = clock::now() + grace;
+  while (in_flight_ > 0 && !forced_ && clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  if (in_flight_ > 0) {
+    log::warn("%s: cancelling %d unfinished request(s)", forced_ ? "second signal" : "shutdown grace period over",
+              in_flight_.load());
+    sched_.cancel_all();
+    // Cancelled requests end at the scheduler's next step; their clients get what was generated.
+    const auto cut = clock::now() + 5s;
+    while (in_flight_ > 0 && clock::now() < cut) std::this_thread::sleep_for(20ms);
+  }
+  stop();
+}
+
 void Server::run() {
   int port = o_.port;
   if (port == 0) {
@@ -121,6 +147,7 @@ void Server::count(const std::string& endpoint) {
 void Server::routes() {
   auto reply_error = [this](httplib::Response& res, const ApiError& e, bool anthropic = false) {
     res.status = e.status;
+    if (e.retry_after > 0) res.set_header("Retry-After", std::to_string(e.retry_after));
     set_json(res, anthropic ? anthropic_error_body(e) : e.body());
     std::lock_guard lk(stats_m_);
     ++errors_[e.status];
@@ -212,7 +239,8 @@ void Server::routes() {
 
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     count("health");
-    set_json(res, json{{"status", "ok"}});
+    if (draining_) res.status = 503;  // load balancers stop sending here
+    set_json(res, json{{"status", draining_ ? "shutting down" : "ok"}});
   });
   http_->Get("/", [this](const httplib::Request&, httplib::Response& res) {
     count("web");
@@ -301,6 +329,7 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
   ApiContext ctx{tok_, tpl_, model_, o_.reasoning_format, &turns_, tool_format_};
   ParsedRequest p = chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
   std::shared_ptr<Completion> c = submit(std::move(p.gen), chat ? "messages" : "prompt");
+  auto guard = std::make_shared<InFlight>(in_flight_);
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   const std::string model = p.model;  // the name the request used (the id or an alias), else the id
@@ -326,7 +355,7 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [=](size_t, httplib::DataSink& sink) {
+        [=, guard = guard](size_t, httplib::DataSink& sink) {
           auto send = [&](const json& j) {
             const std::string s = "data: " + to_text(j) + "\n\n";
             return sink.write(s.data(), s.size());
@@ -398,7 +427,7 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
   // whitespace) goes out every second so a client that left is noticed and its request cancelled.
   res.set_chunked_content_provider(
       "application/json",
-      [=](size_t, httplib::DataSink& sink) {
+      [=, guard = guard](size_t, httplib::DataSink& sink) {
         std::string text;
         std::vector<TokenLogprob> lps;
         auto last = clock::now();
@@ -448,10 +477,19 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
 }
 
 std::shared_ptr<Completion> Server::submit(GenRequest gen, const char* param) {
+  if (draining_) {
+    ApiError e = error_of(503, "the server is shutting down", "server_error");
+    e.code = "server_shutting_down";
+    throw e;
+  }
   try {
     return sched_.submit(std::move(gen));
   } catch (const AdmissionError& e) {
-    if (e.queue_full) throw error_of(503, e.what(), "server_overloaded");
+    if (e.queue_full) {
+      ApiError busy = error_of(503, e.what(), "server_overloaded");
+      busy.retry_after = 1;
+      throw busy;
+    }
     api_fail(400, param, "context_length_exceeded", e.what());
   } catch (const Error& e) {
     api_fail(400, "", "invalid_value", e.what());
@@ -463,6 +501,7 @@ void Server::messages(const std::string& request_body, httplib::Response& res) {
   ParsedRequest p = parse_chat_request(messages_to_chat(parse_json_body(request_body)), ctx);
   const int64_t n_prompt = static_cast<int64_t>(p.gen.prompt.size());
   std::shared_ptr<Completion> c = submit(std::move(p.gen), "messages");
+  auto guard = std::make_shared<InFlight>(in_flight_);
   const std::string id = random_id("msg_");
   const std::string model = p.model;
   const Reasoning reasoning = p.reasoning;
@@ -492,7 +531,7 @@ void Server::messages(const std::string& request_body, httplib::Response& res) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [=](size_t, httplib::DataSink& sink) {
+        [=, guard = guard](size_t, httplib::DataSink& sink) {
           auto send = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
           MessageEvents ev(id, model);
           if (!send(ev.start(n_prompt))) return lost();
@@ -531,7 +570,7 @@ void Server::messages(const std::string& request_body, httplib::Response& res) {
   }
   res.set_chunked_content_provider(
       "application/json",
-      [=](size_t, httplib::DataSink& sink) {
+      [=, guard = guard](size_t, httplib::DataSink& sink) {
         std::string text;
         auto last = clock::now();
         while (!c->wait(&text, 100ms)) {

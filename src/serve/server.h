@@ -7,6 +7,7 @@
 // constant time, body and header size limits; no route reads a file.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,6 +56,12 @@ class Server {
   // Binds and serves until stop(). Throws Error when the address cannot be bound.
   void run();
   void stop();
+  // Graceful shutdown (SIGTERM): from now on generation requests get 503 and /health says "shutting down"; waits
+  // until the running requests have been answered or `grace` has passed (then cancels what is left), and stops.
+  // force() (a second signal) ends the wait at once.
+  void drain(std::chrono::milliseconds grace);
+  void force() { forced_ = true; }
+  int in_flight() const { return in_flight_.load(); }  // generation requests not yet fully answered
   int port() const { return port_.load(); }  // the bound port once run() has bound (0 before)
 
  private:
@@ -78,6 +85,8 @@ class Server {
   std::map<std::string, int64_t> requests_;  // endpoint -> count
   std::map<int, int64_t> errors_;            // HTTP status -> count
   std::atomic<int64_t> disconnects_{0};
+  std::atomic<bool> draining_{false}, forced_{false};
+  std::atomic<int> in_flight_{0};
   std::atomic<int> port_{0};
 };
 
