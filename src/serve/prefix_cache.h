@@ -4,13 +4,15 @@
 // (least recently used first out). A new prompt resumes from the longest cached prefix, so a follow-up chat turn
 // only processes what is new. Recurrent state cannot be rolled back, so only exact snapshot points can be hit;
 // the scheduler takes them at the end of each message (after end-of-turn tokens), at the end of the prompt and at
-// the end of the answer. Thread-safety: used by the scheduler thread only.
+// the end of the answer. Lookups walk a radix tree over the keys (serve/prefix_tree.h), in time linear in the
+// prompt, however many entries there are. Thread-safety: used by the scheduler thread only.
 #pragma once
 #include <cstdint>
 #include <list>
 #include <vector>
 
 #include "models/sequence_state.h"
+#include "serve/prefix_tree.h"
 
 namespace tern::serve {
 
@@ -38,7 +40,10 @@ class PrefixCache {
     models::StateSnapshot state;  // SequenceState::snapshot(): KV rows, recurrent states, the draft state's
     size_t bytes = 0;
   };
+  void evict_lru();
+
   std::list<Entry> lru_;  // front: most recently used
+  PrefixTree<std::list<Entry>::iterator> index_;  // key -> its entry in lru_
   PrefixCacheStats stats_;
 };
 
