@@ -55,6 +55,9 @@ inline void add_draft_options(CLI::App& app, runtime::EngineOptions& o) {
 // built from. An error when none exists.
 std::string bundled_model_path();
 
+// --parallel K|auto (tern serve, tern plan): K >= 1, or 0 for auto. Throws Error naming the flag otherwise.
+int parse_parallel(const std::string& text);
+
 // Fills o.model_path with the bundled model when -m was not given, and says so once.
 void use_bundled_model_if_unset(runtime::EngineOptions& o);
 

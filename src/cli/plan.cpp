@@ -16,7 +16,7 @@ namespace tern::cli {
 static RunFn setup_plan(CLI::App& app) {
   struct Opts {
     runtime::EngineOptions engine;
-    int parallel = 1;
+    std::string parallel = "1";
     int64_t batch = runtime::kMaxBatchRows;
     bool json = false;
   };
@@ -24,12 +24,13 @@ static RunFn setup_plan(CLI::App& app) {
   add_model_option(app, o->engine, ModelArg::kRequired);
   add_memory_options(app, o->engine);
   add_draft_options(app, o->engine);
-  app.add_option("--parallel", o->parallel, "Sequences held at once (tern serve --parallel)")->capture_default_str();
+  app.add_option("--parallel", o->parallel, "Sequences held at once (tern serve --parallel; auto: as many as fit)")
+      ->capture_default_str();
   app.add_option("-b,--batch", o->batch, "Rows of the largest forward")->capture_default_str();
   app.add_flag("--json", o->json, "Print the plan as one JSON object (bytes)");
   return [o] {
     const runtime::EngineOptions& e = o->engine;
-    if (o->parallel < 1) fail("--parallel must be >= 1 (got %d)", o->parallel);
+    int parallel = parse_parallel(o->parallel);  // 0: auto
     if (o->batch < 1) fail("-b/--batch must be >= 1 (got %lld)", static_cast<long long>(o->batch));
     const runtime::CheckedOptions checked = runtime::check_options(e);
     const ops::KvType kv = checked.kv_type;
@@ -38,18 +39,20 @@ static RunFn setup_plan(CLI::App& app) {
     const gguf::File f = gguf::File::open(e.model_path);
     const auto m = models::describe_model(f);
     runtime::MemoryRequest req;
-    req.n_ctx = e.n_ctx > 0 ? e.n_ctx : runtime::default_n_ctx(*m, kv, o->parallel, budget);
-    req.n_parallel = o->parallel;
+    req.n_ctx = e.n_ctx > 0 ? e.n_ctx : runtime::default_n_ctx(*m, kv, std::max(parallel, 1), budget);
+    const int64_t checkpoints = runtime::draft_checkpoints(*m, e.draft, e.no_spec);  // the default --draft when it drafts
+    if (parallel == 0) parallel = runtime::auto_parallel(*m, kv, req.n_ctx, checkpoints, budget);
+    req.n_parallel = parallel;
     req.kv_type = kv;
     req.batch_rows = o->batch;
     req.budget = budget;
     req.expert_slots = e.expert_cache;
     req.repack = !e.no_repack;
-    req.checkpoints = runtime::draft_checkpoints(*m, e.draft, e.no_spec);  // the default --draft when it drafts
+    req.checkpoints = checkpoints;
     const runtime::MemoryPlan p = runtime::plan_memory(*m, req);
     if (o->json) {
       nlohmann::ordered_json j = {
-          {"model", e.model_path}, {"file_bytes", p.file_bytes}, {"n_ctx", req.n_ctx}, {"parallel", o->parallel},
+          {"model", e.model_path}, {"file_bytes", p.file_bytes}, {"n_ctx", req.n_ctx}, {"parallel", parallel},
           {"dense", p.dense}, {"experts", p.experts}, {"streamed", p.streamed}, {"expert_slots", p.slots},
           {"n_expert", p.n_expert}, {"expert_cache", p.expert_cache}, {"state", p.state}, {"buffers", p.buffers},
           {"checkpoints", p.checkpoints}, {"runtime", p.runtime}, {"total", p.total()}, {"minimum", p.minimum()}, {"budget", p.budget},
@@ -57,7 +60,7 @@ static RunFn setup_plan(CLI::App& app) {
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("memory plan for %s (context %lld x %d sequence%s, %s KV):\n%s", e.model_path.c_str(),
-                  static_cast<long long>(req.n_ctx), o->parallel, o->parallel > 1 ? "s" : "", e.kv_type.c_str(),
+                  static_cast<long long>(req.n_ctx), parallel, parallel > 1 ? "s" : "", e.kv_type.c_str(),
                   runtime::format_plan(p).c_str());
     }
     return p.fits ? 0 : 1;

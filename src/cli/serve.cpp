@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/expert_store.h"
+#include "runtime/memory_plan.h"
 #include "serve/scheduler.h"
 #include "serve/server.h"
 #include "text/chat_template.h"
@@ -29,6 +30,7 @@ struct ServeOptions {
   std::vector<std::string> aliases;
   bool any_model = false;
   int64_t cache_mib = 512;
+  std::string parallel = "4";
   double shutdown_grace = 30;
   int64_t fault_expert_read = 0;
 };
@@ -51,7 +53,9 @@ static RunFn setup_serve(CLI::App& app) {
       ->allow_extra_args(false);
   app.add_flag("--any-model", o->any_model,
                "Accept any name in the 'model' field (for clients that hard-code one; else an unknown name is a 404)");
-  app.add_option("--parallel", o->sched.parallel, "Sequences decoded together (each holds a full context)")
+  app.add_option("--parallel", o->parallel,
+                 "Sequences decoded together, each holding a full context; auto: as many as fit in half the available "
+                 "memory (a quarter of --mem-budget), at most 64")
       ->capture_default_str();
   app.add_option("-b,--batch", o->sched.batch, "Most prompt tokens processed per step (prefill chunk)")
       ->capture_default_str();
@@ -80,7 +84,7 @@ static RunFn setup_serve(CLI::App& app) {
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
     signal(SIGPIPE, SIG_IGN);  // a client that left must not end the server; writes fail with EPIPE instead
 
-    if (o->sched.parallel < 1) fail("--parallel must be >= 1 (got %d)", o->sched.parallel);
+    o->sched.parallel = parse_parallel(o->parallel);  // 0: auto
     if (o->cache_mib < 0) fail("--cache-mib must be >= 0 (got %lld)", static_cast<long long>(o->cache_mib));
     if (!(o->shutdown_grace >= 0) || o->shutdown_grace > 86400)
       fail("--shutdown-grace must be in [0, 86400] seconds (got %g)", o->shutdown_grace);
@@ -92,13 +96,14 @@ static RunFn setup_serve(CLI::App& app) {
     }
     o->sched.cache_bytes = static_cast<size_t>(o->cache_mib) << 20;
     o->engine.n_parallel = o->sched.parallel;  // the memory plan and the default context hold this many sequences
-    o->engine.batch_rows = o->sched.batch + o->sched.parallel;
+    o->engine.batch_rows = o->sched.batch + (o->sched.parallel ? o->sched.parallel : runtime::kMaxAutoParallel);
     o->engine.prefix_cache_bytes = o->sched.cache_bytes;
     TextModel tm(o->engine);
     std::unique_ptr<text::ChatTemplate> tpl;
     if (tm.chat_template) tpl = std::make_unique<text::ChatTemplate>(*tm.chat_template);
     else log::warn("%s has no chat template: /v1/chat/completions will refuse requests", o->engine.model_path.c_str());
 
+    o->sched.parallel = tm.engine->n_parallel();  // auto resolved (and logged) by the engine
     serve::Scheduler sched(*tm.engine, *tm.tokenizer, o->sched);
     serve::ModelInfo info;
     info.id = std::filesystem::path(o->engine.model_path).stem().string();

@@ -101,25 +101,37 @@ Engine::Engine(const EngineOptions& o) {
 
   model_ = models::load_model(o.model_path);
   const models::ModelInfo& c = model_->info();
+  if (o.n_parallel < 0) fail("--parallel must be >= 1 or auto (got %d)", o.n_parallel);
+  const int64_t checkpoints = draft_checkpoints(*model_, o.draft, o.no_spec);
   if (o.n_ctx > 0) {
     n_ctx_ = o.n_ctx;
   } else {
-    n_ctx_ = default_n_ctx(*model_, kv_type_, o.n_parallel, budget);
+    // --parallel auto: the context first (as for one sequence), then as many sequences as fit.
+    n_ctx_ = default_n_ctx(*model_, kv_type_, std::max(o.n_parallel, 1), budget);
     log::info("context size %lld (model trained for %lld%s)", static_cast<long long>(n_ctx_),
               static_cast<long long>(c.n_ctx_train),
               n_ctx_ < c.n_ctx_train ? (budget ? ", capped by --mem-budget" : ", capped by available memory") : "");
   }
 
+  n_parallel_ = o.n_parallel;
+  if (n_parallel_ == 0) {
+    uint64_t per = 0, room = 0;
+    n_parallel_ = auto_parallel(*model_, kv_type_, n_ctx_, checkpoints, budget, &per, &room);
+    log::info("--parallel auto: %d sequence%s of %lld tokens (%s of state each, in %s: %s%s)", n_parallel_,
+              n_parallel_ > 1 ? "s" : "", static_cast<long long>(n_ctx_), format_bytes(per).c_str(),
+              format_bytes(room).c_str(), budget ? "a quarter of --mem-budget" : "half the available memory",
+              n_parallel_ == kMaxAutoParallel ? strf(", capped at %d", kMaxAutoParallel).c_str() : "");
+  }
   MemoryRequest req;
   req.n_ctx = n_ctx_;
-  req.n_parallel = o.n_parallel;
+  req.n_parallel = n_parallel_;
   req.kv_type = kv_type_;
   req.batch_rows = o.batch_rows;
   req.budget = budget;
   req.expert_slots = o.expert_cache;
   req.prefix_cache = o.prefix_cache_bytes;
   req.repack = !o.no_repack;
-  req.checkpoints = draft_checkpoints(*model_, o.draft, o.no_spec);
+  req.checkpoints = checkpoints;
   plan_ = plan_memory(*model_, req);
   if (req.repack && !plan_.streamed && budget == 0 &&
       static_cast<double>(plan_.dense + plan_.experts) > 0.8 * available_memory_bytes()) {

@@ -26,7 +26,8 @@ struct EngineOptions {
   float draft_min_p = 0.0f;    // --draft-min-p P: a draft chain stops at a token below this probability
   bool no_spec = false;        // --no-spec: no speculative decoding
   bool draft_fixed = false;    // --draft-fixed: draft the full length every step (no adaptation; for measuring)
-  // Set by commands that hold several sequences or big batches (serve), for the memory plan.
+  // Set by commands that hold several sequences or big batches (serve), for the memory plan. 0: as many as fit
+  // (--parallel auto: runtime::auto_parallel, logged; Engine::n_parallel() tells the number).
   int n_parallel = 1;
   int64_t batch_rows = kMaxBatchRows;
   uint64_t prefix_cache_bytes = 0;
@@ -59,6 +60,7 @@ class Engine {
   const models::Model& model() const { return *model_; }
   const models::ModelInfo& info() const { return model_->info(); }
   int64_t n_ctx() const { return n_ctx_; }
+  int n_parallel() const { return n_parallel_; }  // sequences the memory plan holds (EngineOptions::n_parallel resolved)
   ops::KvType kv_type() const { return kv_type_; }
   std::unique_ptr<models::SequenceState> new_sequence() const;
   // The decode loop every generating command runs (speculative when the model can draft and it is not off).
@@ -73,6 +75,7 @@ class Engine {
   void repack_weights(bool experts_streamed);
   std::unique_ptr<models::Model> model_;
   int64_t n_ctx_ = 0;
+  int n_parallel_ = 1;
   ops::KvType kv_type_ = ops::KvType::kF16;
   MemoryPlan plan_;
   bool stats_ = false;

@@ -47,6 +47,18 @@ int64_t default_n_ctx(const models::ModelShape& m, ops::KvType kv_type, int n_pa
   return n;
 }
 
+int auto_parallel(const models::ModelShape& m, ops::KvType kv_type, int64_t n_ctx, int64_t checkpoints, uint64_t budget,
+                  uint64_t* per_sequence, uint64_t* room) {
+  const double space = budget ? static_cast<double>(budget) / 4 : available_memory_bytes() / 2;
+  uint64_t per = SequenceState::bytes_for(m.state_shape(), n_ctx, kv_type);
+  for (const models::LayerStateShape& s : m.state_shape())
+    per += static_cast<uint64_t>(checkpoints * (s.conv_floats + s.ssm_floats)) * sizeof(float);
+  if (per_sequence) *per_sequence = per;
+  if (room) *room = static_cast<uint64_t>(space);
+  const double k = per > 0 ? std::floor(space / static_cast<double>(per)) : kMaxAutoParallel;
+  return static_cast<int>(std::clamp(k, 1.0, static_cast<double>(kMaxAutoParallel)));
+}
+
 int64_t draft_checkpoints(const models::ModelShape& m, int draft, bool no_spec) {
   if (no_spec || !m.info().mtp_drafts) return 0;
   const int d = draft >= 0 ? draft : kDefaultDraft;

@@ -68,6 +68,13 @@ double available_memory_bytes();
 // n_parallel sequences exceeds half the available memory, or a quarter of the budget when there is one.
 int64_t default_n_ctx(const models::ModelShape& m, ops::KvType kv_type, int n_parallel, uint64_t budget);
 
+// --parallel auto: how many sequences of n_ctx tokens (each with `checkpoints` recurrent-state checkpoints) fit in
+// the room default_n_ctx allows for state (half the available memory, or a quarter of the budget), at least 1 and
+// at most kMaxAutoParallel. *per_sequence (optional): one sequence's state bytes; *room: the room.
+inline constexpr int kMaxAutoParallel = 64;
+int auto_parallel(const models::ModelShape& m, ops::KvType kv_type, int64_t n_ctx, int64_t checkpoints, uint64_t budget,
+                  uint64_t* per_sequence = nullptr, uint64_t* room = nullptr);
+
 // The model answers for its own sizes (weights as held, state, forward buffers); the plan adds them up.
 MemoryPlan plan_memory(const models::ModelShape& m, const MemoryRequest& r);
 

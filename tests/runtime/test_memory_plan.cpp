@@ -104,6 +104,32 @@ TEST_P(PlanFixture, BudgetBuysTheSlotsItCanHold) {
   EXPECT_THROW(plan_memory(shape, request(256, 0, c.n_expert + 1)), Error);
 }
 
+// --parallel auto: the state of K sequences (checkpoints included) fits in a quarter of the budget and K + 1 would
+// not, within [1, kMaxAutoParallel]; the per-sequence figure is the planner's state for one sequence.
+TEST_P(PlanFixture, AutoParallelFillsTheRoomForState) {
+  auto m = Model::load(path());
+  const models::qwen35moe::Shape shape(*m->file);
+  for (int64_t ckpt : {int64_t{0}, int64_t{4}}) {
+    MemoryRequest one = request(512);
+    one.checkpoints = ckpt;
+    const uint64_t per_plan = plan_memory(shape, one).state;
+    for (uint64_t budget : {per_plan * 4 * 5 + per_plan, per_plan * 4 * 5 - 1, per_plan, per_plan * 4 * 1000}) {
+      uint64_t per = 0, room = 0;
+      const int k = auto_parallel(shape, ops::KvType::kF16, 512, ckpt, budget, &per, &room);
+      EXPECT_EQ(per, per_plan);
+      EXPECT_EQ(room, budget / 4);
+      EXPECT_GE(k, 1);
+      EXPECT_LE(k, kMaxAutoParallel);
+      if (k > 1) EXPECT_LE(uint64_t(k) * per, room) << budget;
+      if (k < kMaxAutoParallel) EXPECT_GT(uint64_t(k + 1) * per, room) << budget;
+    }
+    EXPECT_EQ(auto_parallel(shape, ops::KvType::kF16, 512, ckpt, per_plan * 4 * 5), 5);
+    EXPECT_EQ(auto_parallel(shape, ops::KvType::kF16, 512, ckpt, per_plan * 4 * 5 - 1), 4);
+    EXPECT_EQ(auto_parallel(shape, ops::KvType::kF16, 512, ckpt, per_plan), 1);  // never below one
+    EXPECT_EQ(auto_parallel(shape, ops::KvType::kF16, 512, ckpt, per_plan * 4 * 1000), kMaxAutoParallel);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, PlanFixture,
                          ::testing::Values("q35-ratio.q4_k_m.gguf", "odd.f32.gguf", "q35-ratio.f16.gguf"),
                          [](const auto& info) {

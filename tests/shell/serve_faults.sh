@@ -12,11 +12,11 @@ tmp=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-# serve NAME ARGS...: starts a server, waits for /health; sets port and spid.
+# serve NAME ARGS...: starts a server (--parallel $PAR, default 2), waits for /health; sets port and spid.
 serve() {
   local name=$1; shift
   port=$(free_port)
-  "$TERN" serve -m "$MODEL" -t 1 -c 16384 --parallel 2 --host 127.0.0.1 --port "$port" "$@" 2>"$tmp/$name.log" &
+  "$TERN" serve -m "$MODEL" -t 1 -c 16384 --parallel "${PAR:-2}" --host 127.0.0.1 --port "$port" "$@" 2>"$tmp/$name.log" &
   spid=$!
   pids+=("$spid")
   for _ in $(seq 300); do
@@ -49,6 +49,18 @@ python3 "$TESTS/serve/faults.py" drain-cut "http://127.0.0.1:$port" "$cut_pid" 1
 wait_exit "$cut_pid" cut; st=$?
 if [ $st -eq 0 ]; then echo "ok: exit status 0 after the grace period"; else echo "FAIL: exit status $st after the grace period"; rc=1; fi
 grep -q "grace period over: cancelling 1" "$tmp/cut.log" && echo "ok: the cut is logged" || { echo "FAIL: the cut is not logged"; rc=1; }
+
+# --parallel auto: the number the log gives is the number the scheduler runs (/metrics), and a budget bounds it.
+PAR=auto serve auto --mem-budget 200M --cache-mib 16; auto_pid=$spid
+k_log=$(sed -n 's/.*--parallel auto: \([0-9]*\) sequence.*/\1/p' "$tmp/auto.log")
+k_metrics=$(curl -s "http://127.0.0.1:$port/metrics" | sed -n 's/^tern_sequences_max \([0-9]*\).*/\1/p')
+if [ -n "$k_log" ] && [ "$k_log" = "$k_metrics" ] && [ "$k_log" -ge 1 ] && [ "$k_log" -lt 64 ]; then
+  echo "ok: --parallel auto --mem-budget 200M: $k_log sequences, logged and run"
+else echo "FAIL: --parallel auto: log '$k_log', metrics '$k_metrics'"; rc=1; fi
+kill -TERM "$auto_pid"; wait_exit "$auto_pid" auto >/dev/null || rc=1
+"$TERN" serve -m "$MODEL" --parallel 0 --port 0 2>"$tmp/bad.log" && rc=1
+grep -q "parallel must be an integer >= 1 or auto (got '0')" "$tmp/bad.log" && echo "ok: --parallel 0 refused" \
+  || { echo "FAIL: --parallel 0"; cat "$tmp/bad.log"; rc=1; }
 
 if [ $rc -ne 0 ]; then for f in "$tmp"/*.log; do echo "--- $f"; tail -20 "$f"; done; fi
 exit $rc
