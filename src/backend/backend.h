@@ -51,6 +51,9 @@ class Buffer {
   virtual void write(size_t off, const void* src, size_t n) = 0;
   virtual void read(size_t off, void* dst, size_t n) const = 0;
   virtual void zero() = 0;
+  // The bytes [off, off + n) are no longer needed: the memory behind them may go back to the system (whole pages
+  // of large buffers on the CPU), and they read as unspecified until written again.
+  virtual void discard(size_t off, size_t n) = 0;
 
  protected:
   Buffer(BufferKind kind, size_t bytes, uint8_t* data, std::shared_ptr<LiveBytes> live)

@@ -76,6 +76,10 @@ class CpuBuffer final : public Buffer {
   void zero() override {
     if (bytes()) std::memset(data(), 0, bytes());
   }
+  void discard(size_t off, size_t n) override {
+    check_range(off, n, "discard");
+    if (big_.data() && n) drop_pages(data() + off, n);  // anonymous pages: zero again when next touched
+  }
 
  private:
   CpuBuffer(BufferKind kind, size_t n, uint8_t* data, uint8_t* small, AnonBuffer big, std::shared_ptr<LiveBytes> live)

@@ -1,5 +1,6 @@
 #include "models/sequence_state.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "core/error.h"
@@ -46,6 +47,7 @@ SequenceState::SequenceState(backend::Backend& be, StateShape shape, int64_t n_c
 
 void SequenceState::reset() {
   n_past_ = 0;
+  ++epoch_;
   recording_ = false;
   ckpt_n_ = 0;
   // KV rows past n_past are never read, so only the recurrent states need clearing.
@@ -54,6 +56,26 @@ void SequenceState::reset() {
     if (l.ssm) l.ssm->zero();
   }
   if (draft_) draft_->reset();
+}
+
+void SequenceState::release_rows(int64_t from) {
+  from = std::max<int64_t>(0, std::min(from, n_ctx_));
+  if (from < n_past_) fail("internal: release_rows(%lld) below n_past %lld", static_cast<long long>(from),
+                           static_cast<long long>(n_past_));
+  const size_t eb = kv_elem_bytes(kv_type_);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const LayerStateShape& s = shape_[i];
+    LayerState& l = layers_[i];
+    // K and V are [n_head_kv, n_ctx, row]: the rows past `from` of each head are one range.
+    for (auto [buf, row] : {std::pair{l.k.get(), s.head_dim}, {l.v.get(), s.v_row()}}) {
+      if (!buf || row <= 0) continue;
+      const size_t head = static_cast<size_t>(n_ctx_ * row) * eb;
+      for (int64_t g = 0; g < s.n_head_kv; ++g)
+        buf->discard(static_cast<size_t>(g) * head + static_cast<size_t>(from * row) * eb,
+                     static_cast<size_t>((n_ctx_ - from) * row) * eb);
+    }
+  }
+  if (draft_) draft_->release_rows(std::max(from, draft_->n_past()));
 }
 
 ops::KvCacheView SequenceState::kv(int64_t layer) {
@@ -125,6 +147,7 @@ StateSnapshot SequenceState::snapshot() const {
 }
 
 void SequenceState::restore(const StateSnapshot& s) {
+  ++epoch_;
   if (s.k.size() != layers_.size() || s.n_past > n_ctx_ || (s.draft != nullptr) != (draft_ != nullptr))
     fail("state snapshot of %zu layers and %lld positions does not fit this state (%zu layers, context %lld)",
          s.k.size(), static_cast<long long>(s.n_past), layers_.size(), static_cast<long long>(n_ctx_));

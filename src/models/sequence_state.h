@@ -56,8 +56,15 @@ class SequenceState {
 
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_past() const { return n_past_; }
+  // Counts reset() and restore() calls: a state that holds another sequence's tokens now, even at the same n_past
+  // (the decode loop keeps per-sequence drafting state keyed on it).
+  uint64_t epoch() const { return epoch_; }
   void advance(int64_t n) { n_past_ += n; }
   void reset();  // empty sequence: n_past 0, recurrent states zeroed (the draft state's too)
+  // Gives the memory behind KV rows [from, n_ctx) back to the system (the draft state's too; whole pages only):
+  // those rows are never read before they are written again. The server calls it when a sequence's request ends,
+  // so a sequence holds memory only for the tokens it runs.
+  void release_rows(int64_t from);
   // The draft block's state (its own KV and positions), or null when the model has none.
   SequenceState* draft() { return draft_.get(); }
 
@@ -89,6 +96,7 @@ class SequenceState {
   StateShape shape_;
   int64_t n_ctx_;
   int64_t n_past_ = 0;
+  uint64_t epoch_ = 0;
   ops::KvType kv_type_;
   std::vector<LayerState> layers_;
   std::unique_ptr<SequenceState> draft_;

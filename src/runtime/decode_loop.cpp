@@ -42,10 +42,13 @@ DecodeLoop::DecodeLoop(models::Model& model, const DraftOptions& o)
 
 DecodeLoop::Track& DecodeLoop::track(models::SequenceState* st) {
   Track& t = tracks_[st];
-  if (t.state != st || t.n_past != st->n_past()) {  // new, reset, restored, or run outside the loop: start afresh
+  // New, reset, restored (even to the very position the track was at: a server slot that ran a cancelled request
+  // and now resumes another from the prefix cache), or run outside the loop: start afresh.
+  if (t.state != st || t.n_past != st->n_past() || t.epoch != st->epoch()) {
     t = Track{};
     t.state = st;
     t.n_past = st->n_past();
+    t.epoch = st->epoch();
     t.accept_ema = accept_prior_;
     t.probe_gap = gap_prior_;
     // A restored state brings its draft rows along (all true rows); the hidden state of its last position is not

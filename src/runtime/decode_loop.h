@@ -84,6 +84,7 @@ class DecodeLoop {
   struct Track {
     models::SequenceState* state = nullptr;
     int64_t n_past = -1;            // where the loop left the state
+    uint64_t epoch = 0;             // the state's epoch() then (a reset or restore since means a new sequence)
     std::vector<int32_t> drafts;    // proposed after the last sampled token, verified with the next feed
     std::vector<float> h_prev;      // trunk hidden state of the last kept position (empty: none yet)
     std::vector<int32_t> owed_tok;  // kept tokens whose draft-block rows are not written yet

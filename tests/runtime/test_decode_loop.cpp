@@ -403,6 +403,46 @@ TEST_P(DecodeLoopTest, SampledWithDraftsEqualsWithoutForEverySeed) {
   EXPECT_GT(with_mtp.stats().drafted, 0);
 }
 
+// A state reset and restored to another sequence at the very position its track was at (a server slot whose
+// cancelled request left drafts, now resuming another request from the prefix cache: found by the 10-minute soak
+// test) starts afresh: the old sequence's drafts are not verified against the new one (they would make a forward
+// longer than the checkpoints hold, and a rejected draft could not be rolled back). Continuing equals a plain loop
+// from the same snapshot.
+TEST_P(DecodeLoopTest, RestoredStateAtTheSamePositionStartsAfresh) {
+  DraftOptions o;
+  o.max = 3;
+  o.adaptive = false;  // proposes drafts after every step
+  DecodeLoop loop(*model_, o), plain(*model_, DraftOptions{});
+  auto st = make_states(*model_, 3);
+  // A request that runs a few steps and is then cancelled between steps (its next drafts already proposed).
+  const int64_t V = model_->info().n_vocab;
+  DecodeSeq d;
+  d.state = st[0].get();
+  d.feed = prompts_[1];
+  d.sample = true;
+  std::vector<DecodeSeq*> one = {&d};
+  int32_t last = -1;
+  auto pick = [&](size_t, const float* logits, int32_t) { return last = argmax(logits, V); };
+  for (int i = 0; i < 6; ++i) {
+    loop.step(one, pick);
+    d.feed = {last};
+  }
+  ASSERT_FALSE(loop.drafts(st[0].get()).empty()) << "the track holds drafts for its next step";
+  const int64_t x = st[0]->n_past();
+  std::vector<int32_t> other(static_cast<size_t>(x));
+  for (int64_t i = 0; i < x; ++i) other[static_cast<size_t>(i)] = static_cast<int32_t>((7 * i + 3) % 200 + 5);
+  generate(*model_, plain, {st[1].get()}, {other}, 1);  // another sequence at the same position
+  ASSERT_EQ(st[1]->n_past(), x);
+  const models::StateSnapshot snap = st[1]->snapshot();
+  st[0]->reset();
+  st[0]->restore(snap);
+  st[2]->restore(snap);
+  const std::vector<int32_t> tail = {11, 12};  // a two-token feed: with three stale drafts, beyond the checkpoints
+  const auto got = generate(*model_, loop, {st[0].get()}, {tail}, 8);
+  const auto want = generate(*model_, plain, {st[2].get()}, {tail}, 8);
+  EXPECT_EQ(got, want);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, DecodeLoopTest, ::testing::Values(kModel, kBundled),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            return i.param == kBundled ? std::string("bundled") : std::string("q35_mtp");
