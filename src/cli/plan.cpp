@@ -41,7 +41,11 @@ static RunFn setup_plan(CLI::App& app) {
     runtime::MemoryRequest req;
     req.n_ctx = e.n_ctx > 0 ? e.n_ctx : runtime::default_n_ctx(*m, kv, std::max(parallel, 1), budget);
     const int64_t checkpoints = runtime::draft_checkpoints(*m, e.draft, e.no_spec);  // the default --draft when it drafts
-    if (parallel == 0) parallel = runtime::auto_parallel(*m, kv, req.n_ctx, checkpoints, budget);
+    if (parallel == 0) {
+      const runtime::AutoParallel a = runtime::auto_parallel(*m, kv, req.n_ctx, checkpoints, budget);
+      parallel = a.n;
+      req.kv_tokens = a.kv_tokens;
+    }
     req.n_parallel = parallel;
     req.kv_type = kv;
     req.batch_rows = o->batch;
@@ -52,16 +56,18 @@ static RunFn setup_plan(CLI::App& app) {
     const runtime::MemoryPlan p = runtime::plan_memory(*m, req);
     if (o->json) {
       nlohmann::ordered_json j = {
-          {"model", e.model_path}, {"file_bytes", p.file_bytes}, {"n_ctx", req.n_ctx}, {"parallel", parallel},
+          {"model", e.model_path}, {"file_bytes", p.file_bytes}, {"n_ctx", req.n_ctx}, {"parallel", parallel}, {"kv_tokens", req.kv_tokens},
           {"dense", p.dense}, {"experts", p.experts}, {"streamed", p.streamed}, {"expert_slots", p.slots},
           {"n_expert", p.n_expert}, {"expert_cache", p.expert_cache}, {"state", p.state}, {"buffers", p.buffers},
           {"checkpoints", p.checkpoints}, {"runtime", p.runtime}, {"total", p.total()}, {"minimum", p.minimum()}, {"budget", p.budget},
           {"repacked", p.repacked}, {"fits", p.fits}, {"verdict", p.verdict}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
-      std::printf("memory plan for %s (context %lld x %d sequence%s, %s KV):\n%s", e.model_path.c_str(),
-                  static_cast<long long>(req.n_ctx), parallel, parallel > 1 ? "s" : "", e.kv_type.c_str(),
-                  runtime::format_plan(p).c_str());
+      const std::string shared =
+          req.kv_tokens > 0 ? strf(", sharing %lld tokens of KV", static_cast<long long>(req.kv_tokens)) : "";
+      std::printf("memory plan for %s (context %lld x %d sequence%s%s, %s KV):\n%s", e.model_path.c_str(),
+                  static_cast<long long>(req.n_ctx), parallel, parallel > 1 ? "s" : "", shared.c_str(),
+                  e.kv_type.c_str(), runtime::format_plan(p).c_str());
     }
     return p.fits ? 0 : 1;
   };

@@ -104,6 +104,7 @@ static RunFn setup_serve(CLI::App& app) {
     else log::warn("%s has no chat template: /v1/chat/completions will refuse requests", o->engine.model_path.c_str());
 
     o->sched.parallel = tm.engine->n_parallel();  // auto resolved (and logged) by the engine
+    o->sched.kv_tokens = tm.engine->kv_tokens();
     serve::Scheduler sched(*tm.engine, *tm.tokenizer, o->sched);
     serve::ModelInfo info;
     info.id = std::filesystem::path(o->engine.model_path).stem().string();

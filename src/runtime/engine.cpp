@@ -115,16 +115,24 @@ Engine::Engine(const EngineOptions& o) {
 
   n_parallel_ = o.n_parallel;
   if (n_parallel_ == 0) {
-    uint64_t per = 0, room = 0;
-    n_parallel_ = auto_parallel(*model_, kv_type_, n_ctx_, checkpoints, budget, &per, &room);
-    log::info("--parallel auto: %d sequence%s of %lld tokens (%s of state each, in %s: %s%s)", n_parallel_,
-              n_parallel_ > 1 ? "s" : "", static_cast<long long>(n_ctx_), format_bytes(per).c_str(),
-              format_bytes(room).c_str(), budget ? "a quarter of --mem-budget" : "half the available memory",
-              n_parallel_ == kMaxAutoParallel ? strf(", capped at %d", kMaxAutoParallel).c_str() : "");
+    const AutoParallel a = auto_parallel(*model_, kv_type_, n_ctx_, checkpoints, budget);
+    n_parallel_ = a.n;
+    kv_tokens_ = a.kv_tokens;
+    const std::string room = format_bytes(a.room) + (budget ? ", a quarter of --mem-budget" : ", half the available memory");
+    if (a.kv_tokens > 0)
+      log::info("--parallel auto: %d sequences of up to %lld tokens sharing %lld tokens of KV cache (%s of state "
+                "each + %s per token, in %s); requests wait until their tokens fit",
+                a.n, static_cast<long long>(n_ctx_), static_cast<long long>(a.kv_tokens), format_bytes(a.fixed).c_str(),
+                format_bytes(a.per_token).c_str(), room.c_str());
+    else
+      log::info("--parallel auto: %d sequence%s of %lld tokens (%s of state each, in %s%s)", a.n, a.n > 1 ? "s" : "",
+                static_cast<long long>(n_ctx_), format_bytes(a.per_sequence).c_str(), room.c_str(),
+                a.n == kMaxAutoParallel ? strf("; capped at %d", kMaxAutoParallel).c_str() : "");
   }
   MemoryRequest req;
   req.n_ctx = n_ctx_;
   req.n_parallel = n_parallel_;
+  req.kv_tokens = kv_tokens_;
   req.kv_type = kv_type_;
   req.batch_rows = o.batch_rows;
   req.budget = budget;

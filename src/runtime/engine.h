@@ -61,6 +61,7 @@ class Engine {
   const models::ModelInfo& info() const { return model_->info(); }
   int64_t n_ctx() const { return n_ctx_; }
   int n_parallel() const { return n_parallel_; }  // sequences the memory plan holds (EngineOptions::n_parallel resolved)
+  int64_t kv_tokens() const { return kv_tokens_; }  // > 0: KV rows the sequences share (--parallel auto), else none
   ops::KvType kv_type() const { return kv_type_; }
   std::unique_ptr<models::SequenceState> new_sequence() const;
   // The decode loop every generating command runs (speculative when the model can draft and it is not off).
@@ -76,6 +77,7 @@ class Engine {
   std::unique_ptr<models::Model> model_;
   int64_t n_ctx_ = 0;
   int n_parallel_ = 1;
+  int64_t kv_tokens_ = 0;
   ops::KvType kv_type_ = ops::KvType::kF16;
   MemoryPlan plan_;
   bool stats_ = false;

@@ -47,16 +47,34 @@ int64_t default_n_ctx(const models::ModelShape& m, ops::KvType kv_type, int n_pa
   return n;
 }
 
-int auto_parallel(const models::ModelShape& m, ops::KvType kv_type, int64_t n_ctx, int64_t checkpoints, uint64_t budget,
-                  uint64_t* per_sequence, uint64_t* room) {
+AutoParallel auto_parallel(const models::ModelShape& m, ops::KvType kv_type, int64_t n_ctx, int64_t checkpoints,
+                           uint64_t budget) {
+  AutoParallel a;
   const double space = budget ? static_cast<double>(budget) / 4 : available_memory_bytes() / 2;
-  uint64_t per = SequenceState::bytes_for(m.state_shape(), n_ctx, kv_type);
-  for (const models::LayerStateShape& s : m.state_shape())
-    per += static_cast<uint64_t>(checkpoints * (s.conv_floats + s.ssm_floats)) * sizeof(float);
-  if (per_sequence) *per_sequence = per;
-  if (room) *room = static_cast<uint64_t>(space);
-  const double k = per > 0 ? std::floor(space / static_cast<double>(per)) : kMaxAutoParallel;
-  return static_cast<int>(std::clamp(k, 1.0, static_cast<double>(kMaxAutoParallel)));
+  a.room = static_cast<uint64_t>(space);
+  const models::StateShape shape = m.state_shape();
+  a.per_token = SequenceState::bytes_for(shape, 2, kv_type) - SequenceState::bytes_for(shape, 1, kv_type);
+  a.fixed = SequenceState::bytes_for(shape, 1, kv_type) - a.per_token;
+  for (const models::LayerStateShape& s : shape)
+    a.fixed += static_cast<uint64_t>(checkpoints * (s.conv_floats + s.ssm_floats)) * sizeof(float);
+  a.per_sequence = a.fixed + static_cast<uint64_t>(n_ctx) * a.per_token;
+  const double whole = std::floor(space / static_cast<double>(std::max<uint64_t>(a.per_sequence, 1)));
+  a.n = static_cast<int>(std::clamp(whole, 1.0, static_cast<double>(kMaxAutoParallel)));
+  if (a.n == kMaxAutoParallel || a.per_token == 0) return a;
+  // Fewer than the cap fit whole: more sequences share the KV rows left beside their recurrent states, as many as
+  // keep at least the rows the whole-context sequences would hold (never fewer tokens in flight than without
+  // sharing, and always at least one whole context).
+  const int64_t floor_rows = static_cast<int64_t>(a.n) * n_ctx;
+  for (int k = kMaxAutoParallel; k > a.n; --k) {
+    const double left = space - static_cast<double>(k) * static_cast<double>(a.fixed);
+    if (left <= 0) continue;
+    const int64_t rows = static_cast<int64_t>(std::floor(left / static_cast<double>(a.per_token)));
+    if (rows < floor_rows) continue;
+    a.n = k;
+    a.kv_tokens = rows < static_cast<int64_t>(k) * n_ctx ? rows : 0;
+    break;
+  }
+  return a;
 }
 
 int64_t draft_checkpoints(const models::ModelShape& m, int draft, bool no_spec) {
@@ -85,6 +103,12 @@ MemoryPlan plan_memory(const models::ModelShape& m, const MemoryRequest& r) {
   p.repacked = w.repacked;
   p.mtp = w.mtp;
   p.state = static_cast<uint64_t>(r.n_parallel) * SequenceState::bytes_for(m.state_shape(), r.n_ctx, r.kv_type);
+  if (r.kv_tokens > 0) {  // the sequences share kv_tokens rows: their recurrent state each, the rows once
+    const models::StateShape shape = m.state_shape();
+    const uint64_t per_token = SequenceState::bytes_for(shape, 2, r.kv_type) - SequenceState::bytes_for(shape, 1, r.kv_type);
+    const uint64_t fixed = SequenceState::bytes_for(shape, 1, r.kv_type) - per_token;
+    p.state = static_cast<uint64_t>(r.n_parallel) * fixed + static_cast<uint64_t>(r.kv_tokens) * per_token;
+  }
   for (const models::LayerStateShape& s : m.state_shape())
     p.checkpoints += static_cast<uint64_t>(r.checkpoints * (s.conv_floats + s.ssm_floats)) * sizeof(float);
   p.checkpoints *= static_cast<uint64_t>(r.n_parallel);

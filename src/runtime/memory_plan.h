@@ -28,6 +28,7 @@ struct MemoryRequest {
   uint64_t prefix_cache = 0;  // the server's prefix-cache budget
   bool repack = true;         // matrices repacked for the kernels (Model::repack): their repacked sizes count
   int64_t checkpoints = 0;    // recurrent-state checkpoints per sequence (speculative decoding: --draft + 1)
+  int64_t kv_tokens = 0;      // > 0: the sequences share this many KV rows (AutoParallel) instead of n_ctx each
 };
 
 // Checkpoints per sequence the decode loop sets for these options on a model (0 without drafting): one shared rule
@@ -68,12 +69,23 @@ double available_memory_bytes();
 // n_parallel sequences exceeds half the available memory, or a quarter of the budget when there is one.
 int64_t default_n_ctx(const models::ModelShape& m, ops::KvType kv_type, int n_parallel, uint64_t budget);
 
-// --parallel auto: how many sequences of n_ctx tokens (each with `checkpoints` recurrent-state checkpoints) fit in
-// the room default_n_ctx allows for state (half the available memory, or a quarter of the budget), at least 1 and
-// at most kMaxAutoParallel. *per_sequence (optional): one sequence's state bytes; *room: the room.
+// --parallel auto, in the room default_n_ctx allows for state (half the available memory, or a quarter of the
+// budget): as many sequences of n_ctx tokens (with `checkpoints` recurrent-state checkpoints each) as fit whole,
+// at least 1. When fewer than kMaxAutoParallel fit whole, more run (up to kMaxAutoParallel) sharing a KV budget of
+// kv_tokens rows (at least the rows of the sequences that fit whole, so never fewer tokens in flight and any
+// request that fits a context can run), which the server admits requests against; kv_tokens 0: no shared budget
+// (every sequence can hold a whole context).
 inline constexpr int kMaxAutoParallel = 64;
-int auto_parallel(const models::ModelShape& m, ops::KvType kv_type, int64_t n_ctx, int64_t checkpoints, uint64_t budget,
-                  uint64_t* per_sequence = nullptr, uint64_t* room = nullptr);
+struct AutoParallel {
+  int n = 1;
+  int64_t kv_tokens = 0;
+  uint64_t per_sequence = 0;  // one sequence's state at n_ctx
+  uint64_t fixed = 0;         // of that: what does not grow with tokens (recurrent state, checkpoints)
+  uint64_t per_token = 0;     // KV bytes per token (all layers)
+  uint64_t room = 0;
+};
+AutoParallel auto_parallel(const models::ModelShape& m, ops::KvType kv_type, int64_t n_ctx, int64_t checkpoints,
+                           uint64_t budget);
 
 // The model answers for its own sizes (weights as held, state, forward buffers); the plan adds them up.
 MemoryPlan plan_memory(const models::ModelShape& m, const MemoryRequest& r);

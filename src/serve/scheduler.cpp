@@ -67,6 +67,8 @@ struct Scheduler::Job {
   int32_t next = -1;      // sampled token to feed at the next step (decoding)
   bool done = false;
   bool fresh = false;     // just got a sequence; start() has not run
+  int64_t kv_rows = 0;    // KV rows reserved while it runs (SchedulerOptions::kv_tokens)
+  bool kv_waited = false; // counted once in kv_waits
   std::vector<int64_t> points;  // prompt positions to snapshot at (ends of messages, end of prompt), ascending
   std::unique_ptr<TokenConstraint> json;  // constrained decoding (json_object, a forced choice); null: free
   bool prefilling() const { return n_fed < static_cast<int64_t>(req.prompt.size()); }
@@ -78,6 +80,8 @@ Scheduler::Scheduler(runtime::Engine& engine, const text::Tokenizer& tok, const 
   if (o_.parallel < 1) fail("--parallel must be >= 1 (got %d)", o_.parallel);
   if (o_.batch < 1) fail("--batch must be >= 1 (got %d)", o_.batch);
   if (o_.max_queue < 0) fail("--max-queue must be >= 0 (got %d)", o_.max_queue);
+  if (o_.kv_tokens < 0) fail("internal: kv_tokens must be >= 0 (got %lld)", static_cast<long long>(o_.kv_tokens));
+  stats_.kv_tokens = o_.kv_tokens;
   eog_ = runtime::end_of_generation_ids(tok);
   const int32_t V = tok.n_vocab();
   token_bytes_.resize(static_cast<size_t>(V));
@@ -106,6 +110,12 @@ Scheduler::~Scheduler() {
     if (j) j->c->post("", Finish::kCancelled, "server shutting down");
 }
 
+int64_t Scheduler::kv_rows(const GenRequest& r) const {
+  const int64_t n = static_cast<int64_t>(r.prompt.size());
+  const int64_t gen = r.max_tokens >= 0 ? r.max_tokens : n_ctx_;
+  return std::min(n_ctx_, n + gen + engine_.decoder().max_draft());
+}
+
 std::shared_ptr<Completion> Scheduler::submit(GenRequest r) {
   const int64_t n = static_cast<int64_t>(r.prompt.size());
   if (n == 0) throw AdmissionError("the prompt is empty (it has no tokens)", false);
@@ -121,7 +131,15 @@ std::shared_ptr<Completion> Scheduler::submit(GenRequest r) {
              static_cast<long long>(need), static_cast<long long>(n), std::max(r.max_tokens, 1),
              static_cast<long long>(n_ctx_)),
         false);
+  const int64_t rows = kv_rows(r);
+  if (o_.kv_tokens > 0 && rows > o_.kv_tokens)
+    throw AdmissionError(strf("this request may need %lld tokens of KV cache (%lld in the prompt + %d to generate) "
+                              "but the server holds %lld for all requests; lower max_tokens",
+                              static_cast<long long>(rows), static_cast<long long>(n), r.max_tokens,
+                              static_cast<long long>(o_.kv_tokens)),
+                         false);
   auto job = std::make_unique<Job>(std::move(r), tok_);  // validates the sampling parameters
+  job->kv_rows = rows;
   if (job->req.json_object && !job->req.choice.empty())
     throw AdmissionError("a request cannot be constrained to JSON and to a choice at once", false);
   if (job->req.json_object) {
@@ -191,8 +209,18 @@ void Scheduler::loop() {
           ++it;
         }
       }
+      // First come, first served: the queue's first request takes a free sequence once its KV rows fit too
+      // (nothing overtakes it, so a large request is not starved by small ones).
       for (int s = 0; s < o_.parallel && !queue_.empty(); ++s) {
         if (slots_[s]) continue;
+        if (o_.kv_tokens > 0 && stats_.kv_reserved + queue_.front()->kv_rows > o_.kv_tokens) {
+          if (!queue_.front()->kv_waited) {
+            queue_.front()->kv_waited = true;
+            ++stats_.kv_waits;
+          }
+          break;
+        }
+        stats_.kv_reserved += queue_.front()->kv_rows;
         slots_[s] = std::move(queue_.front());
         queue_.pop_front();
         slots_[s]->slot = s;
@@ -217,6 +245,13 @@ void Scheduler::loop() {
       if (j && j->done) {
         if (j->c->finish() == Finish::kCancelled) ++stats_.requests_cancelled;
         else ++stats_.requests_done;
+        stats_.kv_reserved -= j->kv_rows;
+        // Its rows go back to the system (the prefix cache holds its own copies): the memory of a sequence is what
+        // its request runs, not the longest request it ever ran.
+        if (o_.kv_tokens > 0) {
+          states_[j->slot]->reset();
+          states_[j->slot]->release_rows(0);
+        }
         j.reset();
       }
   }

@@ -35,6 +35,10 @@ struct SchedulerOptions {
   int64_t n_ctx = 0;     // per-sequence context (0: the engine's)
   int max_queue = 256;   // requests waiting for a free sequence before submit() refuses more
   size_t cache_bytes = 0; // prefix-cache budget (0: off)
+  // KV rows all running sequences may hold together (0: no limit beyond parallel x n_ctx). A request reserves the
+  // rows it can write (prompt + max_tokens + drafts, at most the context) and waits in the queue until they fit;
+  // a sequence's rows go back to the system when its request ends (SequenceState::release_rows).
+  int64_t kv_tokens = 0;
 };
 
 struct GenRequest {
@@ -101,6 +105,8 @@ class Completion {
 
 struct SchedulerStats {
   int64_t queued = 0, active = 0;            // now
+  int64_t kv_reserved = 0, kv_tokens = 0;    // KV rows reserved by running requests, and the limit (0: none)
+  int64_t kv_waits = 0;                      // times the queue's first request waited for KV rows (not a slot)
   int64_t requests_done = 0, requests_cancelled = 0;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t steps = 0;
@@ -124,6 +130,9 @@ class Scheduler {
 
   void cancel_all();  // every queued and running request (shutdown)
   int64_t n_ctx() const { return n_ctx_; }
+  // KV rows a request reserves while it runs: prompt + max_tokens (or the whole context) + the most drafted rows,
+  // at most the context.
+  int64_t kv_rows(const GenRequest& r) const;
   int parallel() const { return o_.parallel; }
   SchedulerStats stats() const;
 

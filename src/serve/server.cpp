@@ -649,6 +649,11 @@ std::string Server::metrics_text() {
   line("tern_queue_depth", "gauge", "Requests waiting for a free sequence.", static_cast<double>(s.queued));
   line("tern_sequences_active", "gauge", "Sequences running now.", static_cast<double>(s.active));
   line("tern_sequences_max", "gauge", "Sequences that can run at once (--parallel).", static_cast<double>(sched_.parallel()));
+  line("tern_kv_tokens", "gauge", "KV rows the sequences share (--parallel auto when fewer fit whole; 0: none).",
+       static_cast<double>(s.kv_tokens));
+  line("tern_kv_reserved_tokens", "gauge", "KV rows reserved by running requests.", static_cast<double>(s.kv_reserved));
+  line("tern_kv_waits_total", "counter", "Requests that waited for KV rows (not for a free sequence).",
+       static_cast<double>(s.kv_waits));
   return out;
 }
 

@@ -104,29 +104,59 @@ TEST_P(PlanFixture, BudgetBuysTheSlotsItCanHold) {
   EXPECT_THROW(plan_memory(shape, request(256, 0, c.n_expert + 1)), Error);
 }
 
-// --parallel auto: the state of K sequences (checkpoints included) fits in a quarter of the budget and K + 1 would
-// not, within [1, kMaxAutoParallel]; the per-sequence figure is the planner's state for one sequence.
+// --parallel auto: K whole-context sequences fit in a quarter of the budget and K + 1 would not; when fewer than the
+// cap fit whole, more sequences share a KV budget that holds at least one whole context, and the planner's state
+// for them (recurrent state each + the shared rows) stays within the room.
 TEST_P(PlanFixture, AutoParallelFillsTheRoomForState) {
   auto m = Model::load(path());
   const models::qwen35moe::Shape shape(*m->file);
+  const int64_t n_ctx = 512;
   for (int64_t ckpt : {int64_t{0}, int64_t{4}}) {
-    MemoryRequest one = request(512);
+    MemoryRequest one = request(n_ctx);
     one.checkpoints = ckpt;
     const uint64_t per_plan = plan_memory(shape, one).state;
-    for (uint64_t budget : {per_plan * 4 * 5 + per_plan, per_plan * 4 * 5 - 1, per_plan, per_plan * 4 * 1000}) {
-      uint64_t per = 0, room = 0;
-      const int k = auto_parallel(shape, ops::KvType::kF16, 512, ckpt, budget, &per, &room);
-      EXPECT_EQ(per, per_plan);
-      EXPECT_EQ(room, budget / 4);
-      EXPECT_GE(k, 1);
-      EXPECT_LE(k, kMaxAutoParallel);
-      if (k > 1) EXPECT_LE(uint64_t(k) * per, room) << budget;
-      if (k < kMaxAutoParallel) EXPECT_GT(uint64_t(k + 1) * per, room) << budget;
+    for (uint64_t budget : {per_plan * 4 * 5 + per_plan, per_plan * 4 * 5 - 1, per_plan, per_plan * 4 * 1000,
+                            per_plan * 4 * 70}) {
+      SCOPED_TRACE(budget);
+      const AutoParallel a = auto_parallel(shape, ops::KvType::kF16, n_ctx, ckpt, budget);
+      EXPECT_EQ(a.per_sequence, per_plan);
+      EXPECT_EQ(a.fixed + uint64_t(n_ctx) * a.per_token, per_plan);
+      EXPECT_EQ(a.room, budget / 4);
+      EXPECT_GE(a.n, 1);
+      EXPECT_LE(a.n, kMaxAutoParallel);
+      MemoryRequest r = one;
+      r.n_parallel = a.n;
+      r.kv_tokens = a.kv_tokens;
+      const uint64_t state = plan_memory(shape, r).state;
+      if (a.kv_tokens == 0) {
+        if (a.n > 1) EXPECT_LE(uint64_t(a.n) * per_plan, a.room);
+        if (a.n < kMaxAutoParallel) EXPECT_GT(uint64_t(a.n + 1) * per_plan, a.room);
+        EXPECT_EQ(state, uint64_t(a.n) * per_plan);
+      } else {
+        EXPECT_GE(a.kv_tokens, n_ctx);               // any request that fits a context can run
+        EXPECT_GE(a.kv_tokens, int64_t(std::max<uint64_t>(1, a.room / per_plan)) * n_ctx);  // never fewer rows
+        EXPECT_LT(a.kv_tokens, a.n * n_ctx);         // else no sharing would be needed
+        EXPECT_GT(uint64_t(a.n) * per_plan, a.room);  // more sequences than fit whole
+        EXPECT_LE(state, a.room);
+        EXPECT_EQ(state, uint64_t(a.n) * a.fixed + uint64_t(a.kv_tokens) * a.per_token);
+      }
     }
-    EXPECT_EQ(auto_parallel(shape, ops::KvType::kF16, 512, ckpt, per_plan * 4 * 5), 5);
-    EXPECT_EQ(auto_parallel(shape, ops::KvType::kF16, 512, ckpt, per_plan * 4 * 5 - 1), 4);
-    EXPECT_EQ(auto_parallel(shape, ops::KvType::kF16, 512, ckpt, per_plan), 1);  // never below one
-    EXPECT_EQ(auto_parallel(shape, ops::KvType::kF16, 512, ckpt, per_plan * 4 * 1000), kMaxAutoParallel);
+    // Five whole contexts and ten more recurrent states fit: 15 sequences share the rows of five contexts (at a
+    // context long enough that ten recurrent states are less than one context's rows).
+    const AutoParallel shape_of = auto_parallel(shape, ops::KvType::kF16, n_ctx, ckpt, 0);
+    const int64_t long_ctx = std::max<int64_t>(n_ctx, int64_t(20 * shape_of.fixed / shape_of.per_token) + 1);
+    const uint64_t per_long = shape_of.fixed + uint64_t(long_ctx) * shape_of.per_token;
+    const AutoParallel more =
+        auto_parallel(shape, ops::KvType::kF16, long_ctx, ckpt, 4 * (5 * per_long + 10 * shape_of.fixed));
+    EXPECT_EQ(more.n, 15);
+    EXPECT_EQ(more.kv_tokens, 5 * long_ctx);
+    // Exactly five whole contexts: one more sequence would leave fewer rows, so five whole ones.
+    const AutoParallel five = auto_parallel(shape, ops::KvType::kF16, n_ctx, ckpt, per_plan * 4 * 5);
+    EXPECT_EQ(five.n, 5);
+    EXPECT_EQ(five.kv_tokens, 0);
+    EXPECT_EQ(auto_parallel(shape, ops::KvType::kF16, n_ctx, ckpt, per_plan * 4 * 1000).n, kMaxAutoParallel);
+    EXPECT_EQ(auto_parallel(shape, ops::KvType::kF16, n_ctx, ckpt, per_plan * 4 * 1000).kv_tokens, 0);
+    EXPECT_EQ(auto_parallel(shape, ops::KvType::kF16, n_ctx, ckpt, per_plan).n, 1);  // never below one
   }
 }
 

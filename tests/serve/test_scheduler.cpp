@@ -515,3 +515,57 @@ TEST(Scheduler, DraftingInABatchOfEightEqualsNoDrafting) {
     EXPECT_GT(s.stats().draft.drafted, 0) << "the MTP block drafted";
   }
 }
+
+namespace {
+
+// A shared KV budget (--parallel auto when fewer sequences fit whole): a request reserves prompt + max_tokens
+// (+ drafts) rows; the queue's first request waits until its rows fit, whatever sequences are free, and runs to the
+// same tokens as alone; one that can never fit is refused at submit.
+TEST(Scheduler, KvBudgetAdmitsByTokens) {
+  Scheduler alone(*model().engine, *model().tok, SchedulerOptions{});
+  const GenRequest a = request(40, 21, 60), b = request(30, 22, 40);
+  const Outcome want_a = drain(*alone.submit(a)), want_b = drain(*alone.submit(b));
+  SchedulerOptions so;
+  so.parallel = 4;
+  Scheduler s(*model().engine, *model().tok, so);  // kv_rows() needs a scheduler; the limit comes next
+  const int64_t ra = s.kv_rows(a), rb = s.kv_rows(b);
+  EXPECT_EQ(ra, 40 + 60 + model().engine->decoder().max_draft());
+  so.kv_tokens = ra + rb - 1;  // either alone fits, both at once do not
+  Scheduler tight(*model().engine, *model().tok, so);
+  auto ca = tight.submit(a);
+  auto cb = tight.submit(b);
+  const Outcome got_a = drain(*ca), got_b = drain(*cb);
+  EXPECT_EQ(got_a.tokens, want_a.tokens);
+  EXPECT_EQ(got_b.tokens, want_b.tokens);
+  settle(tight);
+  const SchedulerStats st = tight.stats();
+  EXPECT_EQ(st.kv_waits, 1);  // b waited for a's rows although three sequences were free
+  EXPECT_EQ(st.kv_reserved, 0);
+  EXPECT_EQ(st.kv_tokens, ra + rb - 1);
+  GenRequest huge = request(40, 23, static_cast<int>(ra + rb));
+  EXPECT_THROW(tight.submit(huge), AdmissionError);
+}
+
+// A sequence's KV rows go back to the system when asked (SequenceState::release_rows): the process's resident set
+// falls by about the bytes the rows took.
+TEST(SequenceStateMemory, ReleasedRowsLeaveTheResidentSet) {
+  models::Model& m = model().engine->model();
+  models::SequenceState st(m.backend(), m.state_shape(), 1 << 16, ops::KvType::kF16);
+  size_t kv = 0;
+  for (int64_t i = 0; i < st.n_layer(); ++i) {
+    models::LayerState& l = st.layer(i);
+    for (auto* buf : {l.k.get(), l.v.get()}) {
+      if (!buf) continue;
+      std::vector<uint8_t> ones(buf->bytes(), 1);
+      buf->write(0, ones.data(), ones.size());  // every page touched
+      kv += buf->bytes();
+    }
+  }
+  ASSERT_GT(kv, size_t{16} << 20) << "a state big enough to measure";
+  const uint64_t before = runtime::resident_set().now;
+  st.release_rows(0);
+  const uint64_t after = runtime::resident_set().now;
+  EXPECT_GE(before - std::min(before, after), kv * 9 / 10) << "resident " << before << " -> " << after << ", KV " << kv;
+}
+
+}  // namespace
