@@ -80,7 +80,11 @@ std::string parse_pre_tokenizer(const json& p, const std::string& src) {
   const json& pat = field(split, "pattern", where + "[0]");
   auto re = pat.find("Regex");
   if (re == pat.end() || !re->is_string()) fail("%s[0].pattern: expected {\"Regex\": ...}", where.c_str());
-  const std::string regex = re->get<std::string>();
+  std::string regex = re->get<std::string>();
+  // The contractions may be spelled case by case instead of with (?i:...) (llama.cpp's glm4 spelling): the same
+  // matches for these ASCII letters.
+  static const std::string kExplicitCase = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])";
+  if (regex.rfind(kExplicitCase, 0) == 0) regex = "(?i:'s|'t|'re|'ve|'m|'ll|'d)" + regex.substr(kExplicitCase.size());
   for (PreType t : {PreType::kQwen35, PreType::kQwen2, PreType::kGlm4})
     if (PreTokenizer::hf_regex(t) == regex) return pre_type_name(t);
   fail("%s[0]: split regex '%s' is not one of the supported pre-tokenizers (qwen35, qwen2, glm4)",

@@ -302,6 +302,22 @@ TEST(Tokenizer, MalformedTokenizerJsonNamesTheProblem) {
   expect_bad_json([](json& j) { j["decoder"] = nullptr; }, "decoder");
 }
 
+// The glm4 split regex as llama.cpp spells it (contractions case by case, not (?i:...)) is read as glm4.
+TEST(Tokenizer, ExplicitCaseContractionsAreTheSameRegex) {
+  json j = json::parse(read_file(fixture("small_glm4/tokenizer.json")));
+  std::string& re = j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"].get_ref<std::string&>();
+  const std::string ci = "(?i:'s|'t|'re|'ve|'m|'ll|'d)";
+  ASSERT_EQ(re.rfind(ci, 0), 0u) << re;
+  const TokenizerData want = parse_hf_tokenizer(j.dump(), "", "glm4.json");
+  const std::string tail = re.substr(ci.size());
+  re = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])" + tail;
+  const TokenizerData got = parse_hf_tokenizer(j.dump(), "", "glm4-explicit.json");
+  EXPECT_EQ(got.pre, "glm4");
+  EXPECT_EQ(got.pre, want.pre);
+  re = "(?:'[sS]|'[tT])" + tail;  // a different set of contractions is another regex
+  EXPECT_THROW(parse_hf_tokenizer(j.dump(), "", "other.json"), Error);
+}
+
 TEST(Tokenizer, ConfigAddedTokensAndSpecials) {
   const std::string tj = read_file(fixture("small_bpe/tokenizer.json"));
   // Consistent re-declaration of an added token is fine and its flags are used.
