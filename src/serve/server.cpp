@@ -50,6 +50,38 @@ struct InFlight {
   InFlight& operator=(const InFlight&) = delete;
 };
 
+// The forced opening of a tool call (put in front of the answer) through the splitter: it closes an empty think
+// block, which is not shown.
+ChatDelta push_forced(ChatOutputSplitter& split, const std::string& forced) {
+  ChatDelta d = split.push(forced);
+  d.reasoning.clear();
+  return d;
+}
+
+// A whole (not streamed) answer split as a stream would be: reasoning, content and the tool calls.
+ChatDelta split_answer(ChatOutputSplitter& split, const std::string& forced, const std::string& text,
+                       std::vector<ToolCall>* calls) {
+  ChatDelta d = push_forced(split, forced);
+  const ChatDelta rest = split.push(text);
+  const ChatDelta tail = split.finish(calls);
+  d.reasoning += rest.reasoning + tail.reasoning;
+  d.content += rest.content + tail.content;
+  return d;
+}
+
+// Not streaming: waits for the whole answer, sending a space (JSON allows leading whitespace) every second so a
+// client that left is noticed. False when it left.
+bool wait_whole(Completion& c, httplib::DataSink& sink, std::string* text, std::vector<TokenLogprob>* lps) {
+  auto last = clock::now();
+  while (!c.wait(text, 100ms, lps)) {
+    if (clock::now() - last > 1s) {
+      if (!sink.write(" ", 1)) return false;
+      last = clock::now();
+    }
+  }
+  return true;
+}
+
 // Anthropic's routes answer errors in Anthropic's shape.
 bool anthropic_route(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
 
@@ -346,11 +378,7 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
     return j;
   };
   // The provider runs on this HTTP thread until the request ends; a failed write means the client left.
-  auto lost = [this, c] {
-    c->cancel();
-    ++disconnects_;
-    return false;
-  };
+  auto lost = [this, c] { return client_left(*c); };
   if (p.stream) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
@@ -366,8 +394,7 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
           size_t text_offset = 0;
           ChatOutputSplitter split(reasoning, tools, tool_format);
           if (chat && !forced.empty()) {
-            ChatDelta cd = split.push(forced);
-            cd.reasoning.clear();  // the forced text closes an empty think block: nothing to show
+            const ChatDelta cd = push_forced(split, forced);
             if (!cd.empty() && !send(chat_chunk(id, created, model, delta_json(cd), Finish::kNone))) return lost();
           }
           for (;;) {
@@ -423,20 +450,13 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
         });
     return;
   }
-  // Not streaming: the body is sent when the request ends. While it runs, a space (JSON allows leading
-  // whitespace) goes out every second so a client that left is noticed and its request cancelled.
+  // Not streaming: the body is sent when the request ends.
   res.set_chunked_content_provider(
       "application/json",
       [=, guard = guard](size_t, httplib::DataSink& sink) {
         std::string text;
         std::vector<TokenLogprob> lps;
-        auto last = clock::now();
-        while (!c->wait(&text, 100ms, &lps)) {
-          if (clock::now() - last > 1s) {
-            if (!sink.write(" ", 1)) return lost();
-            last = clock::now();
-          }
-        }
+        if (!wait_whole(*c, sink, &text, &lps)) return lost();
         const Finish f = c->finish();
         const json usage = usage_json(c->n_prompt(), c->n_completion(), c->n_cached());
         json lp = !want_logprobs ? json(nullptr) : chat ? chat_logprobs(lps, *tokp) : completion_logprobs(lps, *tokp, 0);
@@ -445,15 +465,8 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
           out = error_of(500, c->error(), "server_error").body();
         } else if (chat) {
           ChatOutputSplitter split(reasoning, tools, tool_format);
-          ChatDelta d = split.push(forced);
-          d.reasoning.clear();  // the forced text closes an empty think block: nothing to show
-          const ChatDelta rest = split.push(text);
-          d.reasoning += rest.reasoning;
-          d.content += rest.content;
           std::vector<ToolCall> calls;
-          const ChatDelta tail = split.finish(&calls);
-          d.reasoning += tail.reasoning;
-          d.content += tail.content;
+          ChatDelta d = split_answer(split, forced, text, &calls);
           json message{{"role", "assistant"}, {"content", d.content}};
           if (!d.reasoning.empty()) message["reasoning_content"] = d.reasoning;
           if (!calls.empty()) {
@@ -474,6 +487,12 @@ void Server::generate(const std::string& request_body, httplib::Response& res, b
       [c](bool success) {
         if (!success) c->cancel();
       });
+}
+
+bool Server::client_left(Completion& c) {
+  c.cancel();
+  ++disconnects_;
+  return false;
 }
 
 std::shared_ptr<Completion> Server::submit(GenRequest gen, const char* param) {
@@ -508,19 +527,7 @@ void Server::messages(const std::string& request_body, httplib::Response& res) {
   const ToolCallFormat tool_format = p.tool_format;
   const json tools = p.tools;
   const std::string forced = p.forced_text;
-  auto lost = [this, c] {
-    c->cancel();
-    ++disconnects_;
-    return false;
-  };
-  // The answer's parts as chat completions split them; the forced opening of a tool call closes an empty think
-  // block, which is not shown.
-  auto splitter = [=] {
-    auto s = std::make_shared<ChatOutputSplitter>(reasoning, tools, tool_format);
-    ChatDelta d = s->push(forced);
-    d.reasoning.clear();
-    return std::make_pair(s, d);
-  };
+  auto lost = [this, c] { return client_left(*c); };
   // stop_reason, stop_sequence (set only when that is the reason) and usage.
   auto outcome = [c](bool tool_calls) {
     const std::string reason = anthropic_stop_reason(c->finish(), tool_calls, c->stop_string());
@@ -535,14 +542,14 @@ void Server::messages(const std::string& request_body, httplib::Response& res) {
           auto send = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
           MessageEvents ev(id, model);
           if (!send(ev.start(n_prompt))) return lost();
-          auto [split, first] = splitter();
-          if (!send(ev.push(first))) return lost();
+          ChatOutputSplitter split(reasoning, tools, tool_format);  // the answer's parts, as chat completions split them
+          if (!send(ev.push(push_forced(split, forced)))) return lost();
           auto last = clock::now();
           for (;;) {
             std::string text;
             const bool done = c->wait(&text, 100ms);
             if (!text.empty()) {
-              if (!send(ev.push(split->push(text)))) return lost();
+              if (!send(ev.push(split.push(text)))) return lost();
               last = clock::now();
             } else if (clock::now() - last > 1s) {
               if (!send(MessageEvents::ping())) return lost();
@@ -556,7 +563,7 @@ void Server::messages(const std::string& request_body, httplib::Response& res) {
             return true;
           }
           std::vector<ToolCall> calls;
-          if (!send(ev.push(split->finish(&calls)))) return lost();
+          if (!send(ev.push(split.finish(&calls)))) return lost();
           if (!send(ev.tool_uses(calls))) return lost();
           const auto [stop_reason, stop_sequence, usage] = outcome(!calls.empty());
           if (!send(ev.finish(stop_reason, stop_sequence, usage))) return lost();
@@ -572,23 +579,14 @@ void Server::messages(const std::string& request_body, httplib::Response& res) {
       "application/json",
       [=, guard = guard](size_t, httplib::DataSink& sink) {
         std::string text;
-        auto last = clock::now();
-        while (!c->wait(&text, 100ms)) {
-          if (clock::now() - last > 1s) {  // leading JSON whitespace: finds a client that left
-            if (!sink.write(" ", 1)) return lost();
-            last = clock::now();
-          }
-        }
+        if (!wait_whole(*c, sink, &text, nullptr)) return lost();
         json out;
         if (c->finish() == Finish::kError) {
           out = anthropic_error_body(error_of(500, c->error(), "server_error"));
         } else {
-          auto [split, d] = splitter();
-          const ChatDelta rest = split->push(text);
+          ChatOutputSplitter split(reasoning, tools, tool_format);
           std::vector<ToolCall> calls;
-          const ChatDelta tail = split->finish(&calls);
-          d.reasoning += rest.reasoning + tail.reasoning;
-          d.content += rest.content + tail.content;
+          const ChatDelta d = split_answer(split, forced, text, &calls);
           const auto [stop_reason, stop_sequence, usage] = outcome(!calls.empty());
           out = anthropic_message(id, model, anthropic_content(d, calls), stop_reason, stop_sequence, usage);
         }

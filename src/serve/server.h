@@ -69,6 +69,7 @@ class Server {
   void generate(const std::string& body, httplib::Response& res, bool chat);
   void messages(const std::string& body, httplib::Response& res);  // Anthropic /v1/messages
   std::shared_ptr<Completion> submit(GenRequest gen, const char* param);  // admission errors -> ApiError
+  bool client_left(Completion& c);  // a write to the client failed: cancels its request, counts it; false
   std::string metrics_text();
   void count(const std::string& endpoint);
 
