@@ -16,7 +16,8 @@ using namespace tern::ops;
 
 namespace {
 
-// Attention: 16 query heads over 2 KV heads of 256 (Qwen3.5-35B-A3B), T new tokens after `past` cached ones.
+// Attention: 16 query heads over 2 KV heads of 256 (Qwen3.5-35B-A3B), T new tokens after `past` cached ones, for
+// each cache type (quantized: with the engine's default rotation, sink and window).
 void bm_attention(benchmark::State& st, Isa isa, KvType type, int64_t T, int64_t past) {
   if (!isa_supported(isa)) {
     st.SkipWithError("this CPU lacks the ISA");
@@ -29,8 +30,18 @@ void bm_attention(benchmark::State& st, Isa isa, KvType type, int64_t T, int64_t
   std::vector<float> k(n_ctx * nkv * hd), v(k.size()), q(T * nh * hd), out(q.size());
   for (auto* vec : {&k, &v, &q})
     for (auto& x : *vec) x = u(rng);
-  std::vector<uint8_t> kc(nkv * n_ctx * hd * 4), vc(kc.size());
-  const KvCacheView kv{type, kc.data(), vc.data(), nkv, n_ctx, hd};
+  std::vector<uint8_t> kc(nkv * n_ctx * kv_row_bytes(type, hd)), vc(kc.size());
+  std::vector<uint16_t> k16, v16;
+  KvCacheView kv{type, type, kc.data(), vc.data(), nkv, n_ctx, hd};
+  if (kv_quantized(type)) {  // as the engine keeps a quantized cache by default: rotated, sink 16 + window 128 in f16
+    k16.resize(nkv * n_ctx * hd);
+    v16.resize(k16.size());
+    kv.k16 = k16.data();
+    kv.v16 = v16.data();
+    kv.sink = 16;
+    kv.window = 128;
+    kv.rotate = true;
+  }
   kv_store(kv, k.data(), v.data(), n_ctx, 0, isa);
   for (auto _ : st) {
     attention_causal(q.data(), T, nh, kv, past, 0.0625f, out.data(), isa);
@@ -41,9 +52,9 @@ void bm_attention(benchmark::State& st, Isa isa, KvType type, int64_t T, int64_t
 
 const int kRegistered = [] {
   for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
-    for (KvType type : {KvType::kF16, KvType::kF32}) {
-      const char* tn = type == KvType::kF16 ? "f16" : "f32";
-      for (const auto& tp : {std::pair<int64_t, int64_t>{512, 0}, {1, 4096}}) {
+    for (KvType type : {KvType::kF16, KvType::kF32, KvType::kQ8_0, KvType::kQ4_0}) {
+      const char* tn = kv_type_name(type);
+      for (const auto& tp : {std::pair<int64_t, int64_t>{512, 0}, {1, 4096}, {1, 8192}}) {
         const std::string name = std::string("BM_attention/") + isa_name(isa) + "/" + tn + "/T" +
                                  std::to_string(tp.first) + "_past" + std::to_string(tp.second);
         benchmark::RegisterBenchmark(name.c_str(), bm_attention, isa, type, tp.first, tp.second)

@@ -11,7 +11,19 @@ enum class ModelArg { kRequired, kBundledDefault };
 // -c, --kv-type, --mem-budget, --expert-cache: what sizes memory (shared by the engine commands and `tern plan`).
 inline void add_memory_options(CLI::App& app, runtime::EngineOptions& o) {
   app.add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (0: the model's, capped by free memory)");
-  app.add_option("--kv-type", o.kv_type, "KV cache element type: f16 or f32")->capture_default_str();
+  app.add_option("--kv-type", o.kv_type, "KV cache element type: f32, f16, q8_0 or q4_0 (K and V)")
+      ->capture_default_str();
+  app.add_option("--kv-type-k", o.kv_type_k, "K cache element type (default: --kv-type)");
+  app.add_option("--kv-type-v", o.kv_type_v, "V cache element type (default: --kv-type)");
+  app.add_option("--kv-rotate", o.kv_rotate,
+                 "Hadamard-rotate K, V and Q before a quantized cache stores them: auto (on when quantized), on, off")
+      ->capture_default_str();
+  app.add_option("--kv-sink", o.kv_sink,
+                 "A quantized cache keeps the first N positions also in f16 (default " +
+                     std::to_string(runtime::kDefaultKvSink) + ")");
+  app.add_option("--kv-window", o.kv_window,
+                 "A quantized cache keeps each query's latest N positions also in f16 (default " +
+                     std::to_string(runtime::kDefaultKvWindow) + ")");
   app.add_option("--mem-budget", o.mem_budget,
                  "Memory budget, e.g. 12G: routed experts are streamed from the file through a cache that gets what "
                  "the dense weights, state and buffers leave (default: no budget, everything memory-mapped)");

@@ -33,7 +33,7 @@ static RunFn setup_plan(CLI::App& app) {
     int parallel = parse_parallel(o->parallel);  // 0: auto
     if (o->batch < 1) fail("-b/--batch must be >= 1 (got %lld)", static_cast<long long>(o->batch));
     const runtime::CheckedOptions checked = runtime::check_options(e);
-    const ops::KvType kv = checked.kv_type;
+    const ops::KvConfig& kv = checked.kv;
     const uint64_t budget = checked.budget;
 
     const gguf::File f = gguf::File::open(e.model_path);
@@ -47,7 +47,7 @@ static RunFn setup_plan(CLI::App& app) {
       req.kv_tokens = a.kv_tokens;
     }
     req.n_parallel = parallel;
-    req.kv_type = kv;
+    req.kv = kv;
     req.batch_rows = o->batch;
     req.budget = budget;
     req.expert_slots = e.expert_cache;
@@ -67,7 +67,7 @@ static RunFn setup_plan(CLI::App& app) {
           req.kv_tokens > 0 ? strf(", sharing %lld tokens of KV", static_cast<long long>(req.kv_tokens)) : "";
       std::printf("memory plan for %s (context %lld x %d sequence%s%s, %s KV):\n%s", e.model_path.c_str(),
                   static_cast<long long>(req.n_ctx), parallel, parallel > 1 ? "s" : "", shared.c_str(),
-                  e.kv_type.c_str(), runtime::format_plan(p).c_str());
+                  runtime::kv_description(kv).c_str(), runtime::format_plan(p).c_str());
     }
     return p.fits ? 0 : 1;
   };

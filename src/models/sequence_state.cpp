@@ -2,24 +2,35 @@
 
 #include <algorithm>
 #include <tuple>
+#include <utility>
 
 #include "core/error.h"
 
 namespace tern::models {
 
-static size_t kv_elem_bytes(ops::KvType t) { return t == ops::KvType::kF16 ? 2 : 4; }
+namespace {
 
-static size_t k_bytes(const LayerStateShape& s, int64_t n_ctx, ops::KvType t) {
-  return s.has_kv() ? static_cast<size_t>(s.n_head_kv * n_ctx * s.head_dim) * kv_elem_bytes(t) : 0;
+size_t k_row(const LayerStateShape& s, const ops::KvConfig& kv) {
+  return s.has_kv() ? static_cast<size_t>(ops::kv_row_bytes(kv.k, s.head_dim)) : 0;
+}
+size_t v_row(const LayerStateShape& s, const ops::KvConfig& kv) {
+  return s.v_row() > 0 ? static_cast<size_t>(ops::kv_row_bytes(kv.v, s.v_row())) : 0;
+}
+// Shadow rows a sequence keeps resident: sink + window + the rollback slack, plus a page either side per head.
+size_t shadow_bytes(const LayerStateShape& s, int64_t dim, int64_t n_ctx, const ops::KvConfig& kv) {
+  const int64_t row = dim * 2;
+  const int64_t kept = kv.sink + kv.window + SequenceState::kShadowSlack + 2 * ((4096 + row - 1) / row);
+  return static_cast<size_t>(s.n_head_kv * std::min(n_ctx, kept) * row);
 }
 
-static size_t v_bytes(const LayerStateShape& s, int64_t n_ctx, ops::KvType t) {
-  return static_cast<size_t>(s.n_head_kv * n_ctx * s.v_row()) * kv_elem_bytes(t);
-}
+}  // namespace
 
-SequenceState::SequenceState(backend::Backend& be, StateShape shape, int64_t n_ctx, ops::KvType kv_type)
-    : be_(&be), shape_(std::move(shape)), n_ctx_(n_ctx), kv_type_(kv_type) {
+SequenceState::SequenceState(backend::Backend& be, StateShape shape, int64_t n_ctx, const ops::KvConfig& kv)
+    : be_(&be), shape_(std::move(shape)), n_ctx_(n_ctx), kv_(kv) {
   if (n_ctx < 1) fail("context size must be >= 1 (got %lld)", static_cast<long long>(n_ctx));
+  if (kv_.sink < 0 || kv_.window < 0)
+    fail("--kv-sink and --kv-window must be >= 0 (got %lld, %lld)", static_cast<long long>(kv_.sink),
+         static_cast<long long>(kv_.window));
   // Draft layers go to the nested state, at the same index; here they are empty.
   StateShape draft_shape(shape_.size());
   bool any_draft = false;
@@ -34,19 +45,55 @@ SequenceState::SequenceState(backend::Backend& be, StateShape shape, int64_t n_c
   for (size_t i = 0; i < shape_.size(); ++i) {
     const LayerStateShape& s = shape_[i];
     LayerState& l = layers_[i];
+    if (s.has_kv() && s.plain_rows &&
+        (ops::kv_quantized(kv_.k) || ops::kv_quantized(kv_.v) || kv_.rotate || kv_.k != kv_.v))
+      fail("this model's attention cache (MLA latent rows) is kept as f16 or f32 only, one type for K and V, "
+           "without rotation: K %s / V %s%s is not supported for it",
+           ops::kv_type_name(kv_.k), ops::kv_type_name(kv_.v), kv_.rotate ? " rotated" : "");
     if (s.has_kv()) {
-      l.k = be.alloc(backend::BufferKind::kState, k_bytes(s, n_ctx, kv_type));
-      if (s.v_row() > 0) l.v = be.alloc(backend::BufferKind::kState, v_bytes(s, n_ctx, kv_type));
+      for (auto [t, dim] : {std::pair{kv_.k, s.head_dim}, std::pair{kv_.v, s.v_row()}})
+        if (dim > 0 && ops::kv_quantized(t) && dim % 32 != 0)
+          fail("a %s KV cache needs rows that are a multiple of 32 values (layer %zu has %lld); use --kv-type f16",
+               ops::kv_type_name(t), i, static_cast<long long>(dim));
+      const size_t rows = static_cast<size_t>(s.n_head_kv * n_ctx);
+      l.k = be.alloc(backend::BufferKind::kState, rows * k_row(s, kv_));
+      if (s.v_row() > 0) l.v = be.alloc(backend::BufferKind::kState, rows * v_row(s, kv_));
+      if (kv_.shadow_k()) l.k16 = be.alloc(backend::BufferKind::kState, rows * static_cast<size_t>(s.head_dim) * 2);
+      if (kv_.shadow_v() && s.v_row() > 0)
+        l.v16 = be.alloc(backend::BufferKind::kState, rows * static_cast<size_t>(s.v_row()) * 2);
     }
     if (s.conv_floats > 0) l.conv = be.alloc(backend::BufferKind::kState, static_cast<size_t>(s.conv_floats) * sizeof(float));
     if (s.ssm_floats > 0) l.ssm = be.alloc(backend::BufferKind::kState, static_cast<size_t>(s.ssm_floats) * sizeof(float));
     has_recurrent_ |= s.recurrent();
   }
-  if (any_draft) draft_ = std::make_unique<SequenceState>(be, std::move(draft_shape), n_ctx, kv_type);
+  if (any_draft) draft_ = std::make_unique<SequenceState>(be, std::move(draft_shape), n_ctx, kv);
+}
+
+void SequenceState::advance(int64_t n) {
+  n_past_ += n;
+  trim_shadow();
+}
+
+void SequenceState::trim_shadow() {
+  const int64_t upto = n_past_ - kv_.window - kShadowSlack;  // rows below this are never read from the shadow again
+  if (upto <= std::max(shadow_kept_, kv_.sink)) return;
+  const int64_t from = std::max(shadow_kept_, kv_.sink);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const LayerStateShape& s = shape_[i];
+    LayerState& l = layers_[i];
+    for (auto [buf, dim] : {std::pair{l.k16.get(), s.head_dim}, {l.v16.get(), s.v_row()}}) {
+      if (!buf) continue;
+      const size_t row = static_cast<size_t>(dim) * 2;
+      for (int64_t g = 0; g < s.n_head_kv; ++g)
+        buf->discard(static_cast<size_t>(g * n_ctx_ + from) * row, static_cast<size_t>(upto - from) * row);
+    }
+  }
+  shadow_kept_ = upto;
 }
 
 void SequenceState::reset() {
   n_past_ = 0;
+  shadow_kept_ = 0;
   ++epoch_;
   recording_ = false;
   ckpt_n_ = 0;
@@ -62,17 +109,18 @@ void SequenceState::release_rows(int64_t from) {
   from = std::max<int64_t>(0, std::min(from, n_ctx_));
   if (from < n_past_) fail("internal: release_rows(%lld) below n_past %lld", static_cast<long long>(from),
                            static_cast<long long>(n_past_));
-  const size_t eb = kv_elem_bytes(kv_type_);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerStateShape& s = shape_[i];
     LayerState& l = layers_[i];
-    // K and V are [n_head_kv, n_ctx, row]: the rows past `from` of each head are one range.
-    for (auto [buf, row] : {std::pair{l.k.get(), s.head_dim}, {l.v.get(), s.v_row()}}) {
-      if (!buf || row <= 0) continue;
-      const size_t head = static_cast<size_t>(n_ctx_ * row) * eb;
+    // Each buffer is [n_head_kv, n_ctx, row]: the rows past `from` of each head are one range.
+    const std::pair<backend::Buffer*, size_t> bufs[] = {{l.k.get(), k_row(s, kv_)},
+                                                        {l.v.get(), v_row(s, kv_)},
+                                                        {l.k16.get(), static_cast<size_t>(s.head_dim) * 2},
+                                                        {l.v16.get(), static_cast<size_t>(s.v_row()) * 2}};
+    for (auto [buf, row] : bufs) {
+      if (!buf || row == 0) continue;
       for (int64_t g = 0; g < s.n_head_kv; ++g)
-        buf->discard(static_cast<size_t>(g) * head + static_cast<size_t>(from * row) * eb,
-                     static_cast<size_t>((n_ctx_ - from) * row) * eb);
+        buf->discard(static_cast<size_t>(g * n_ctx_ + from) * row, static_cast<size_t>(n_ctx_ - from) * row);
     }
   }
   if (draft_) draft_->release_rows(std::max(from, draft_->n_past()));
@@ -82,27 +130,52 @@ ops::KvCacheView SequenceState::kv(int64_t layer) {
   LayerState& l = layers_[static_cast<size_t>(layer)];
   const LayerStateShape& s = shape_[static_cast<size_t>(layer)];
   ops::KvCacheView v;
-  v.type = kv_type_;
+  v.k_type = kv_.k;
+  v.v_type = kv_.v;
   v.k = l.k ? l.k->data() : nullptr;
   v.v = l.v ? l.v->data() : nullptr;
   v.n_head_kv = s.n_head_kv;
   v.n_ctx = n_ctx_;
   v.head_dim = s.head_dim;
+  v.k16 = l.k16 ? reinterpret_cast<uint16_t*>(l.k16->data()) : nullptr;
+  v.v16 = l.v16 ? reinterpret_cast<uint16_t*>(l.v16->data()) : nullptr;
+  v.sink = kv_.sink;
+  v.window = kv_.window;
+  v.rotate = kv_.rotate;
   return v;
 }
 
 size_t SequenceState::bytes() const {
   size_t b = 0;
   for (const auto& l : layers_)
-    for (const auto* buf : {&l.k, &l.v, &l.conv, &l.ssm, &l.conv_ckpt, &l.ssm_ckpt})
+    for (const auto* buf : {&l.k, &l.v, &l.k16, &l.v16, &l.conv, &l.ssm, &l.conv_ckpt, &l.ssm_ckpt})
       if (*buf) b += (*buf)->bytes();
   return b + (draft_ ? draft_->bytes() : 0);
 }
 
-size_t SequenceState::bytes_for(const StateShape& shape, int64_t n_ctx, ops::KvType kv_type) {
+size_t SequenceState::fixed_bytes(const StateShape& shape, const ops::KvConfig& kv) {
   size_t b = 0;
-  for (const LayerStateShape& s : shape)
-    b += k_bytes(s, n_ctx, kv_type) + v_bytes(s, n_ctx, kv_type) + static_cast<size_t>(s.conv_floats + s.ssm_floats) * sizeof(float);
+  for (const LayerStateShape& s : shape) {
+    b += static_cast<size_t>(s.conv_floats + s.ssm_floats) * sizeof(float);
+    if (s.has_kv() && kv.shadow_k()) b += shadow_bytes(s, s.head_dim, int64_t{1} << 40, kv);
+    if (s.has_kv() && kv.shadow_v() && s.v_row() > 0) b += shadow_bytes(s, s.v_row(), int64_t{1} << 40, kv);
+  }
+  return b;
+}
+
+size_t SequenceState::token_bytes(const StateShape& shape, const ops::KvConfig& kv) {
+  size_t b = 0;
+  for (const LayerStateShape& s : shape) b += static_cast<size_t>(s.n_head_kv) * (k_row(s, kv) + v_row(s, kv));
+  return b;
+}
+
+size_t SequenceState::bytes_for(const StateShape& shape, int64_t n_ctx, const ops::KvConfig& kv) {
+  size_t b = token_bytes(shape, kv) * static_cast<size_t>(n_ctx);
+  for (const LayerStateShape& s : shape) {
+    b += static_cast<size_t>(s.conv_floats + s.ssm_floats) * sizeof(float);
+    if (s.has_kv() && kv.shadow_k()) b += shadow_bytes(s, s.head_dim, n_ctx, kv);
+    if (s.has_kv() && kv.shadow_v() && s.v_row() > 0) b += shadow_bytes(s, s.v_row(), n_ctx, kv);
+  }
   return b;
 }
 
@@ -110,32 +183,68 @@ size_t SequenceState::bytes_for(const StateShape& shape, int64_t n_ctx, ops::KvT
 
 size_t StateSnapshot::bytes() const {
   size_t b = 0;
-  for (const auto* vv : {&k, &v, &conv, &ssm})
+  for (const auto* vv : {&k, &v, &k16, &v16, &conv, &ssm})
     for (const auto& x : *vv) b += x.size();
   return b + (draft ? draft->bytes() : 0);
 }
 
+namespace {
+
+// Rows a snapshot keeps of each head: the main store's [0, n); the shadow's sink and window rows.
+struct RowRange {
+  int64_t lo, hi;
+};
+std::vector<RowRange> shadow_ranges(const ops::KvConfig& kv, int64_t n) {
+  const int64_t a = std::min(kv.sink, n), c = std::max(a, n - kv.window);
+  std::vector<RowRange> r;
+  if (a > 0) r.push_back({0, a});
+  if (c < n) r.push_back({c, n});
+  return r;
+}
+
+// The ranges of every head of a [n_head, n_ctx, row] buffer as one flat byte string (snapshot order).
+size_t flat_bytes(const std::vector<RowRange>& ranges, int64_t n_head, size_t row) {
+  size_t per_head = 0;
+  for (const RowRange& r : ranges) per_head += static_cast<size_t>(r.hi - r.lo) * row;
+  return static_cast<size_t>(n_head) * per_head;
+}
+template <class F>
+void each_range(const std::vector<RowRange>& ranges, int64_t n_head, int64_t n_ctx, size_t row, F&& f) {
+  size_t off = 0;
+  for (int64_t h = 0; h < n_head; ++h)
+    for (const RowRange& r : ranges) {
+      const size_t n = static_cast<size_t>(r.hi - r.lo) * row;
+      f(static_cast<size_t>(h * n_ctx + r.lo) * row, off, n);
+      off += n;
+    }
+}
+void save_rows(const backend::Buffer& buf, std::vector<uint8_t>* out, const std::vector<RowRange>& ranges,
+               int64_t n_head, int64_t n_ctx, size_t row) {
+  out->resize(flat_bytes(ranges, n_head, row));
+  each_range(ranges, n_head, n_ctx, row, [&](size_t at, size_t off, size_t n) { buf.read(at, out->data() + off, n); });
+}
+void load_rows(backend::Buffer* buf, const std::vector<uint8_t>& in, const std::vector<RowRange>& ranges,
+               int64_t n_head, int64_t n_ctx, size_t row, size_t layer) {
+  if (in.size() != flat_bytes(ranges, n_head, row))
+    fail("state snapshot: layer %zu KV size %zu, this state needs %zu", layer, in.size(),
+         flat_bytes(ranges, n_head, row));
+  each_range(ranges, n_head, n_ctx, row, [&](size_t at, size_t off, size_t n) { buf->write(at, in.data() + off, n); });
+}
+
+}  // namespace
+
 StateSnapshot SequenceState::snapshot() const {
   StateSnapshot s;
   s.n_past = n_past_;
-  const size_t esz = kv_elem_bytes(kv_type_);
-  s.k.resize(layers_.size());
-  s.v.resize(layers_.size());
-  s.conv.resize(layers_.size());
-  s.ssm.resize(layers_.size());
+  for (auto* v : {&s.k, &s.v, &s.k16, &s.v16, &s.conv, &s.ssm}) v->resize(layers_.size());
+  const std::vector<RowRange> all{{0, n_past_}}, shadow = shadow_ranges(kv_, n_past_);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerState& l = layers_[i];
     const LayerStateShape& sh = shape_[i];
-    if (l.k) {  // the first n_past rows of each head of [n_head_kv][n_ctx][row]
-      const size_t n = static_cast<size_t>(n_past_);
-      for (auto [buf, out, dim] : {std::tuple{l.k.get(), &s.k[i], sh.head_dim}, std::tuple{l.v.get(), &s.v[i], sh.v_row()}}) {
-        if (!buf) continue;
-        const size_t row = static_cast<size_t>(dim) * esz;
-        out->resize(static_cast<size_t>(sh.n_head_kv) * n * row);
-        for (int64_t h = 0; h < sh.n_head_kv; ++h)
-          buf->read(static_cast<size_t>(h * n_ctx_) * row, out->data() + static_cast<size_t>(h) * n * row, n * row);
-      }
-    }
+    if (l.k) save_rows(*l.k, &s.k[i], all, sh.n_head_kv, n_ctx_, k_row(sh, kv_));
+    if (l.v) save_rows(*l.v, &s.v[i], all, sh.n_head_kv, n_ctx_, v_row(sh, kv_));
+    if (l.k16) save_rows(*l.k16, &s.k16[i], shadow, sh.n_head_kv, n_ctx_, static_cast<size_t>(sh.head_dim) * 2);
+    if (l.v16) save_rows(*l.v16, &s.v16[i], shadow, sh.n_head_kv, n_ctx_, static_cast<size_t>(sh.v_row()) * 2);
     for (auto [buf, out] : {std::pair{l.conv.get(), &s.conv[i]}, std::pair{l.ssm.get(), &s.ssm[i]}})
       if (buf) {
         out->resize(buf->bytes());
@@ -148,23 +257,18 @@ StateSnapshot SequenceState::snapshot() const {
 
 void SequenceState::restore(const StateSnapshot& s) {
   ++epoch_;
-  if (s.k.size() != layers_.size() || s.n_past > n_ctx_ || (s.draft != nullptr) != (draft_ != nullptr))
+  if (s.k.size() != layers_.size() || s.k16.size() != layers_.size() || s.n_past > n_ctx_ ||
+      (s.draft != nullptr) != (draft_ != nullptr))
     fail("state snapshot of %zu layers and %lld positions does not fit this state (%zu layers, context %lld)",
          s.k.size(), static_cast<long long>(s.n_past), layers_.size(), static_cast<long long>(n_ctx_));
-  const size_t esz = kv_elem_bytes(kv_type_);
+  const std::vector<RowRange> all{{0, s.n_past}}, shadow = shadow_ranges(kv_, s.n_past);
   for (size_t i = 0; i < layers_.size(); ++i) {
     LayerState& l = layers_[i];
     const LayerStateShape& sh = shape_[i];
-    if (l.k) {
-      const size_t n = static_cast<size_t>(s.n_past);
-      for (auto [buf, in, dim] : {std::tuple{l.k.get(), &s.k[i], sh.head_dim}, std::tuple{l.v.get(), &s.v[i], sh.v_row()}}) {
-        if (!buf) continue;
-        const size_t row = static_cast<size_t>(dim) * esz;
-        if (in->size() != static_cast<size_t>(sh.n_head_kv) * n * row) fail("state snapshot: layer %zu KV size", i);
-        for (int64_t h = 0; h < sh.n_head_kv; ++h)
-          buf->write(static_cast<size_t>(h * n_ctx_) * row, in->data() + static_cast<size_t>(h) * n * row, n * row);
-      }
-    }
+    if (l.k) load_rows(l.k.get(), s.k[i], all, sh.n_head_kv, n_ctx_, k_row(sh, kv_), i);
+    if (l.v) load_rows(l.v.get(), s.v[i], all, sh.n_head_kv, n_ctx_, v_row(sh, kv_), i);
+    if (l.k16) load_rows(l.k16.get(), s.k16[i], shadow, sh.n_head_kv, n_ctx_, static_cast<size_t>(sh.head_dim) * 2, i);
+    if (l.v16) load_rows(l.v16.get(), s.v16[i], shadow, sh.n_head_kv, n_ctx_, static_cast<size_t>(sh.v_row()) * 2, i);
     for (auto [buf, in] : {std::pair{l.conv.get(), &s.conv[i]}, std::pair{l.ssm.get(), &s.ssm[i]}})
       if (buf) {
         if (in->size() != buf->bytes()) fail("state snapshot: layer %zu recurrent state size", i);
@@ -172,6 +276,8 @@ void SequenceState::restore(const StateSnapshot& s) {
       }
   }
   n_past_ = s.n_past;
+  shadow_kept_ = 0;
+  trim_shadow();
   recording_ = false;
   ckpt_n_ = 0;
   if (draft_) draft_->restore(*s.draft);
@@ -181,6 +287,9 @@ void SequenceState::restore(const StateSnapshot& s) {
 
 void SequenceState::set_checkpoint_capacity(backend::Backend& be, int64_t k) {
   if (k < 0) fail("checkpoint capacity must be >= 0 (got %lld)", static_cast<long long>(k));
+  if (k > kShadowSlack && (kv_.shadow_k() || kv_.shadow_v()))
+    fail("speculative decoding keeps %lld positions to return to; a KV cache with a sink / window keeps %lld",
+         static_cast<long long>(k), static_cast<long long>(kShadowSlack));
   ckpt_cap_ = k;
   ckpt_n_ = 0;
   recording_ = false;
@@ -208,6 +317,9 @@ void SequenceState::rollback(int64_t n) {
   if (n == n_past_) return;
   if (n < 0 || n > n_past_)
     fail("rollback to position %lld: the sequence has %lld", static_cast<long long>(n), static_cast<long long>(n_past_));
+  if (shadow_kept_ > 0 && n < shadow_kept_ + kv_.window)  // the shadow rows the window at n needs were given back
+    fail("rollback to position %lld: a KV cache with a window goes back at most %lld positions (has %lld)",
+         static_cast<long long>(n), static_cast<long long>(kShadowSlack), static_cast<long long>(n_past_));
   if (has_recurrent_) {
     if (ckpt_n_ == 0 || n_past_ != ckpt_base_ + ckpt_n_ || n <= ckpt_base_)
       fail("rollback to position %lld: only positions %lld..%lld can be returned to (checkpoints of the last forward)",

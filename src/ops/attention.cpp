@@ -27,31 +27,65 @@ void check_kv(const KvCacheView& kv, int64_t n_tokens, int64_t pos0, const char*
     fail("%s: positions [%lld, %lld) outside the KV cache of %lld positions", who,
          static_cast<long long>(pos0), static_cast<long long>(pos0 + n_tokens), static_cast<long long>(kv.n_ctx));
   }
+  for (KvType t : {kv.k_type, kv.v_type})
+    if (kv_quantized(t) && kv.head_dim % 32 != 0)
+      fail("%s: a %s KV cache needs a head size that is a multiple of 32 (this model's is %lld); use --kv-type f16",
+           who, kv_type_name(t), static_cast<long long>(kv.head_dim));
+  if (kv.rotate && kv.head_dim % 2 != 0)
+    fail("%s: the KV rotation needs an even head size (this model's is %lld); use --kv-rotate off", who,
+         static_cast<long long>(kv.head_dim));
 }
 
 constexpr int64_t kHeadsPerTask = 4;  // query heads of one GQA group handled together (never changes a result)
 constexpr int64_t kTokensPerTask = 16;  // query tokens per task: a query block reuses its KV head's rows in cache
 
-// One KV row as floats: a pointer into an f32 cache, or the f16 row converted (exactly) into buf.
-template <typename Elem>
-const float* row_f32(const Elem* row, int64_t hd, float* buf) {
-  if constexpr (sizeof(Elem) == 4) {
-    return row;
-  } else {
-    for (int64_t i = 0; i < hd; ++i) buf[i] = fp16_to_fp32(row[i]);
+// The row of position p as floats, for a query that attends n_pos positions: from the shadow when p is a sink or
+// window position, else decoded from the row's type (exactly: f16 -> f32, d * q for the block formats).
+const float* row_f32(KvType type, const void* rows, const uint16_t* shadow, int64_t sink, int64_t window,
+                     int64_t n_pos, int64_t p, int64_t hd, float* buf) {
+  if (shadow && (p < sink || p >= n_pos - window)) {
+    const uint16_t* r = shadow + p * hd;
+    for (int64_t i = 0; i < hd; ++i) buf[i] = fp16_to_fp32(r[i]);
     return buf;
   }
+  const uint8_t* r = static_cast<const uint8_t*>(rows) + p * kv_row_bytes(type, hd);
+  switch (type) {
+    case KvType::kF32: return reinterpret_cast<const float*>(r);
+    case KvType::kF16:
+      for (int64_t i = 0; i < hd; ++i) buf[i] = fp16_to_fp32(reinterpret_cast<const uint16_t*>(r)[i]);
+      return buf;
+    case KvType::kQ8_0:
+      for (int64_t b = 0; b < hd / 32; ++b, r += 34) {
+        uint16_t dh;
+        std::memcpy(&dh, r, 2);
+        const float d = fp16_to_fp32(dh);
+        for (int j = 0; j < 32; ++j) buf[b * 32 + j] = d * static_cast<float>(static_cast<int8_t>(r[2 + j]));
+      }
+      return buf;
+    case KvType::kQ4_0:
+      for (int64_t b = 0; b < hd / 32; ++b, r += 18) {
+        uint16_t dh;
+        std::memcpy(&dh, r, 2);
+        const float d = fp16_to_fp32(dh);
+        for (int j = 0; j < 16; ++j) {
+          buf[b * 32 + j] = d * static_cast<float>((r[2 + j] & 15) - 8);
+          buf[b * 32 + j + 16] = d * static_cast<float>((r[2 + j] >> 4) - 8);
+        }
+      }
+      return buf;
+  }
+  return buf;
 }
 
 // Scores, softmax and weighted value sums of n_q query rows q[n_q][hd] that share one KV head, over
 // positions [0, n_pos). Each K / V row is read once for all n_q heads; per head the arithmetic is the same
 // fixed-order sequence whatever n_q is. scores [n_q * n_pos] and row [hd] are scratch.
-template <typename Elem>
-void attend_group(const float* q, int64_t n_q, const Elem* k_head, const Elem* v_head, int64_t n_pos, int64_t hd,
-                  float scale, float* scores, float* row, float* out) {
+void attend_group(const float* q, int64_t n_q, const AttnBlock& b, int64_t n_pos, float* scores, float* row,
+                  float* out) {
+  const int64_t hd = b.head_dim;
   for (int64_t p = 0; p < n_pos; ++p) {
-    const float* kr = row_f32(k_head + p * hd, hd, row);
-    for (int64_t j = 0; j < n_q; ++j) scores[j * n_pos + p] = vec::dot(q + j * hd, kr, hd) * scale;
+    const float* kr = row_f32(b.k_type, b.k, b.k16, b.sink, b.window, n_pos, p, hd, row);
+    for (int64_t j = 0; j < n_q; ++j) scores[j * n_pos + p] = vec::dot(q + j * hd, kr, hd) * b.scale;
   }
   double sum[kHeadsPerTask];
   for (int64_t j = 0; j < n_q; ++j) {
@@ -66,10 +100,59 @@ void attend_group(const float* q, int64_t n_q, const Elem* k_head, const Elem* v
   }
   std::memset(out, 0, sizeof(float) * n_q * hd);
   for (int64_t p = 0; p < n_pos; ++p) {
-    const float* vr = row_f32(v_head + p * hd, hd, row);
+    const float* vr = row_f32(b.v_type, b.v, b.v16, b.sink, b.window, n_pos, p, hd, row);
     for (int64_t j = 0; j < n_q; ++j) vec::axpy(scores[j * n_pos + p], vr, out + j * hd, hd);
   }
   for (int64_t j = 0; j < n_q; ++j) vec::scale(static_cast<float>(1.0 / sum[j]), out + j * hd, hd);
+}
+
+// ggml's reference encodings of one row (quantize_row_q8_0_ref / q4_0_ref: the same bytes for finite input; a
+// non-finite value gives code 0 / 8 here instead of ggml's undefined conversion).
+void quantize_q8_0_row(const float* x, uint8_t* y, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, x += 32, y += 34) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      const float a = std::fabs(x[j]);
+      amax = amax > a ? amax : a;
+    }
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t dh = fp32_to_fp16(d);
+    std::memcpy(y, &dh, 2);
+    for (int j = 0; j < 32; ++j) {
+      const float r = std::round(x[j] * id);
+      y[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(r >= -128.0f && r <= 127.0f ? static_cast<int>(r) : 0));
+    }
+  }
+}
+
+void quantize_q4_0_row(const float* x, uint8_t* y, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, x += 32, y += 18) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    const float d = max / -8;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t dh = fp32_to_fp16(d);
+    std::memcpy(y, &dh, 2);
+    auto code = [&](float v) {
+      const float c = v * id + 8.5f;
+      return c >= 0.0f && c < 16.0f ? std::min(15, static_cast<int>(c)) : c >= 16.0f ? 15 : 8;
+    };
+    for (int j = 0; j < 16; ++j) y[2 + j] = static_cast<uint8_t>(code(x[j]) | (code(x[j + 16]) << 4));
+  }
+}
+
+void store_row(KvType t, const Kernels& kern, const float* x, void* dst, int64_t hd) {
+  switch (t) {
+    case KvType::kF32: std::memcpy(dst, x, sizeof(float) * hd); break;
+    case KvType::kF16: kern.f32_to_f16(x, static_cast<uint16_t*>(dst), hd); break;
+    case KvType::kQ8_0: quantize_q8_0_row(x, static_cast<uint8_t*>(dst), hd); break;
+    case KvType::kQ4_0: quantize_q4_0_row(x, static_cast<uint8_t*>(dst), hd); break;
+  }
 }
 
 }  // namespace
@@ -80,17 +163,65 @@ void attend_ref(const AttnBlock& b) {
   for (int64_t t = 0; t < b.n_tok; ++t) {
     const int64_t n_pos = b.n_pos0 + t;
     scratch.resize(b.n_q * n_pos + hd);
-    float* row = scratch.data() + b.n_q * n_pos;
-    const float* q = b.q + t * b.tok_stride;
-    float* o = b.out + t * b.tok_stride;
-    if (b.f16) {
-      attend_group(q, b.n_q, static_cast<const uint16_t*>(b.k), static_cast<const uint16_t*>(b.v), n_pos, hd, b.scale,
-                   scratch.data(), row, o);
-    } else {
-      attend_group(q, b.n_q, static_cast<const float*>(b.k), static_cast<const float*>(b.v), n_pos, hd, b.scale,
-                   scratch.data(), row, o);
-    }
+    attend_group(b.q + t * b.tok_stride, b.n_q, b, n_pos, scratch.data(), scratch.data() + b.n_q * n_pos,
+                 b.out + t * b.tok_stride);
   }
+}
+
+void hadamard_ref(float* x, int64_t n_rows, int64_t n) {
+  const float norm = 1.0f / std::sqrt(static_cast<float>(n));
+  for (int64_t r = 0; r < n_rows; ++r, x += n) {
+    for (int64_t h = 1; h < n; h *= 2)
+      for (int64_t i = 0; i < n; i += 2 * h)
+        for (int64_t j = i; j < i + h; ++j) {
+          const float a = x[j], c = x[j + h];
+          x[j] = a + c;
+          x[j + h] = a - c;
+        }
+    for (int64_t i = 0; i < n; ++i) x[i] *= norm;
+  }
+}
+
+const char* kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::kF32: return "f32";
+    case KvType::kF16: return "f16";
+    case KvType::kQ8_0: return "q8_0";
+    case KvType::kQ4_0: return "q4_0";
+  }
+  return "?";
+}
+
+bool parse_kv_type(const char* s, KvType* t) {
+  for (KvType c : {KvType::kF32, KvType::kF16, KvType::kQ8_0, KvType::kQ4_0})
+    if (std::strcmp(s, kv_type_name(c)) == 0) {
+      *t = c;
+      return true;
+    }
+  return false;
+}
+
+int64_t kv_row_bytes(KvType t, int64_t dim) {
+  switch (t) {
+    case KvType::kF32: return dim * 4;
+    case KvType::kF16: return dim * 2;
+    case KvType::kQ8_0: return dim / 32 * 34;
+    case KvType::kQ4_0: return dim / 32 * 18;
+  }
+  return 0;
+}
+
+int64_t hadamard_block(int64_t head_dim) {
+  int64_t b = 1;
+  while (head_dim % (b * 2) == 0) b *= 2;
+  return b;
+}
+
+void hadamard_rows(float* x, int64_t n_rows, int64_t n, int64_t block, Isa isa) {
+  if (block < 1 || (block & (block - 1)) != 0 || n % block != 0)
+    fail("hadamard_rows: block %lld is not a power of two dividing %lld", static_cast<long long>(block),
+         static_cast<long long>(n));
+  kernels(isa).hadamard(x, n_rows * (n / block), block);
 }
 
 void f32_to_f16_ref(const float* x, uint16_t* y, int64_t n) {
@@ -101,18 +232,26 @@ void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t n_t
   check_kv(kv, n_tokens, pos0, "kv_store");
   const Kernels& kern = kernels(isa);
   const int64_t hd = kv.head_dim;
+  const int64_t kb = kv_row_bytes(kv.k_type, hd), vb = kv_row_bytes(kv.v_type, hd);
+  thread_local std::vector<float> rot;
+  if (kv.rotate) {  // rotated copies of this call's rows
+    const size_t n = static_cast<size_t>(n_tokens * kv.n_head_kv * hd);
+    rot.resize(2 * n);
+    std::memcpy(rot.data(), k, n * sizeof(float));
+    std::memcpy(rot.data() + n, v, n * sizeof(float));
+    hadamard_rows(rot.data(), 2 * n_tokens * kv.n_head_kv, hd, hadamard_block(hd), isa);
+    k = rot.data();
+    v = rot.data() + n;
+  }
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t h = 0; h < kv.n_head_kv; ++h) {
       const float* ks = k + (t * kv.n_head_kv + h) * hd;
       const float* vs = v + (t * kv.n_head_kv + h) * hd;
-      const int64_t row = (h * kv.n_ctx + pos0 + t) * hd;
-      if (kv.type == KvType::kF32) {
-        std::memcpy(static_cast<float*>(kv.k) + row, ks, sizeof(float) * hd);
-        std::memcpy(static_cast<float*>(kv.v) + row, vs, sizeof(float) * hd);
-      } else {
-        kern.f32_to_f16(ks, static_cast<uint16_t*>(kv.k) + row, hd);
-        kern.f32_to_f16(vs, static_cast<uint16_t*>(kv.v) + row, hd);
-      }
+      const int64_t row = h * kv.n_ctx + pos0 + t;
+      store_row(kv.k_type, kern, ks, static_cast<uint8_t*>(kv.k) + row * kb, hd);
+      store_row(kv.v_type, kern, vs, static_cast<uint8_t*>(kv.v) + row * vb, hd);
+      if (kv.k16) kern.f32_to_f16(ks, kv.k16 + row * hd, hd);
+      if (kv.v16) kern.f32_to_f16(vs, kv.v16 + row * hd, hd);
     }
   }
 }
@@ -126,12 +265,19 @@ void attention_causal(const float* q, int64_t n_tokens, int64_t n_head, const Kv
   }
   const Kernels& kern = kernels(isa);
   const int64_t hd = kv.head_dim;
+  const int64_t block = hadamard_block(hd);
+  thread_local std::vector<float> qrot;
+  if (kv.rotate) {  // q . k is unchanged when both are rotated
+    qrot.assign(q, q + n_tokens * n_head * hd);
+    hadamard_rows(qrot.data(), n_tokens * n_head, hd, block, isa);
+    q = qrot.data();
+  }
   const int64_t group = n_head / kv.n_head_kv;
   const int64_t per_task = group < kHeadsPerTask ? group : kHeadsPerTask;
   const int64_t tasks_per_group = (group + per_task - 1) / per_task;
   const int64_t n_blocks = (n_tokens + kTokensPerTask - 1) / kTokensPerTask;
   const int64_t per_block = kv.n_head_kv * tasks_per_group;
-  const size_t esz = kv.type == KvType::kF16 ? 2 : 4;
+  const int64_t kb = kv_row_bytes(kv.k_type, hd), vb = kv_row_bytes(kv.v_type, hd);
   // Task = (query block, KV head, block of up to kHeadsPerTask of its query heads). Blocks are visited in the
   // order 0, last, 1, last - 1, ... so that contiguous shares of the tasks carry similar causal work.
   parallel_for(n_blocks * per_block, [&](int64_t task) {
@@ -148,12 +294,19 @@ void attention_causal(const float* q, int64_t n_tokens, int64_t n_head, const Kv
     b.n_q = std::min(per_task, g * group + group - h0);
     b.head_dim = hd;
     b.n_pos0 = pos0 + t0 + 1;
-    b.k = static_cast<const char*>(kv.k) + g * kv.n_ctx * hd * esz;
-    b.v = static_cast<const char*>(kv.v) + g * kv.n_ctx * hd * esz;
-    b.f16 = kv.type == KvType::kF16;
+    b.k = static_cast<const char*>(kv.k) + g * kv.n_ctx * kb;
+    b.v = static_cast<const char*>(kv.v) + g * kv.n_ctx * vb;
+    b.k_type = kv.k_type;
+    b.v_type = kv.v_type;
+    if (kv.k16) b.k16 = kv.k16 + g * kv.n_ctx * hd;
+    if (kv.v16) b.v16 = kv.v16 + g * kv.n_ctx * hd;
+    b.sink = kv.sink;
+    b.window = kv.window;
     b.scale = scale;
     kern.attend(b);
   });
+  // sum_p w_p (H v_p) = H (sum_p w_p v_p): the output comes back with H (its own inverse).
+  if (kv.rotate) hadamard_rows(out, n_tokens * n_head, hd, block, isa);
 }
 
 void split_q_gate(const float* qg, int64_t n_tokens, int64_t n_head, int64_t head_dim, float* q, float* gate) {

@@ -29,6 +29,7 @@ const Kernels& kernels_ref() {
       &conv_silu_ref,
       &f32_to_f16_ref,
       &attend_ref,
+      &hadamard_ref,
       &delta_recurrent_ref,
       &delta_chunked_ref,
       // Never: the scalar recurrence measured faster at every length (table in delta_rule.h).

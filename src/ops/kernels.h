@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/cpu.h"
+#include "ops/attention.h"
 
 namespace tern::ops {
 
@@ -19,9 +20,14 @@ struct AttnBlock {
   int64_t tok_stride;  // floats from one token's rows to the next's (n_head * head_dim)
   int64_t n_tok = 0, n_q = 0, head_dim = 0;
   int64_t n_pos0 = 0;  // token t attends cache positions [0, n_pos0 + t)
-  const void* k;       // this KV head's rows [n_ctx, head_dim], f32 or (f16) IEEE half
-  const void* v;
-  bool f16 = false;
+  const void* k;       // this KV head's rows [n_ctx] of k_type (kv_row_bytes(k_type, head_dim) bytes each)
+  const void* v;       // ... of v_type
+  KvType k_type = KvType::kF32, v_type = KvType::kF32;
+  // The head's f16 shadow rows [n_ctx, head_dim] (or null): token t (n_pos = n_pos0 + t positions) reads
+  // position p from it when p < sink or p >= n_pos - window (attention.h, KvConfig).
+  const uint16_t* k16 = nullptr;
+  const uint16_t* v16 = nullptr;
+  int64_t sink = 0, window = 0;
   float scale = 1.0f;
 };
 
@@ -92,6 +98,7 @@ struct Kernels {
   // attention.h
   void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n);  // round to nearest even
   void (*attend)(const AttnBlock& b);
+  void (*hadamard)(float* x, int64_t n_rows, int64_t n);  // x [n_rows, n], n a power of two (attention.h)
   // delta_rule.h
   void (*delta_recurrent)(const DeltaHead& h);
   void (*delta_chunked)(const DeltaHead& h);
@@ -137,6 +144,7 @@ void conv_silu_ref(const float* x, int64_t n_tokens, int64_t n_ch, int64_t kerne
                    const float* state, float* y, int64_t c0, int64_t c1);
 void f32_to_f16_ref(const float* x, uint16_t* y, int64_t n);
 void attend_ref(const AttnBlock& b);
+void hadamard_ref(float* x, int64_t n_rows, int64_t n);
 void delta_recurrent_ref(const DeltaHead& h);
 void delta_chunked_ref(const DeltaHead& h);
 void rope_interleaved_ref(float* x, int64_t n_tokens, int64_t n_head, int64_t head_stride, int64_t off, int64_t half,

@@ -82,9 +82,24 @@ uint64_t status_kib(const char* key) {
 
 CheckedOptions check_options(const EngineOptions& o) {
   CheckedOptions c;
-  if (o.kv_type == "f16") c.kv_type = ops::KvType::kF16;
-  else if (o.kv_type == "f32") c.kv_type = ops::KvType::kF32;
-  else fail("--kv-type '%s' is not supported (supported: f16, f32)", o.kv_type.c_str());
+  auto type = [](const std::string& s, const char* flag) {
+    ops::KvType t;
+    if (!ops::parse_kv_type(s.c_str(), &t))
+      fail("%s '%s' is not supported (supported: f32, f16, q8_0, q4_0)", flag, s.c_str());
+    return t;
+  };
+  const ops::KvType both = type(o.kv_type, "--kv-type");
+  c.kv.k = o.kv_type_k.empty() ? both : type(o.kv_type_k, "--kv-type-k");
+  c.kv.v = o.kv_type_v.empty() ? both : type(o.kv_type_v, "--kv-type-v");
+  const bool quantized = ops::kv_quantized(c.kv.k) || ops::kv_quantized(c.kv.v);
+  if (o.kv_rotate == "auto") c.kv.rotate = quantized;
+  else if (o.kv_rotate == "on") c.kv.rotate = true;
+  else if (o.kv_rotate == "off") c.kv.rotate = false;
+  else fail("--kv-rotate '%s' is not one of auto, on, off", o.kv_rotate.c_str());
+  if (o.kv_sink < -1) fail("--kv-sink must be >= 0 (got %lld)", static_cast<long long>(o.kv_sink));
+  if (o.kv_window < -1) fail("--kv-window must be >= 0 (got %lld)", static_cast<long long>(o.kv_window));
+  c.kv.sink = o.kv_sink >= 0 ? o.kv_sink : quantized ? kDefaultKvSink : 0;
+  c.kv.window = o.kv_window >= 0 ? o.kv_window : quantized ? kDefaultKvWindow : 0;
   if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (got %lld)", static_cast<long long>(o.n_ctx));
   if (o.expert_cache < 0) fail("--expert-cache must be >= 0 (got %lld)", static_cast<long long>(o.expert_cache));
   c.budget = o.mem_budget.empty() ? 0 : parse_size(o.mem_budget, "--mem-budget");
@@ -95,7 +110,9 @@ Engine::Engine(const EngineOptions& o) {
   if (o.threads < 0) fail("--threads must be >= 0 (got %d)", o.threads);
   set_n_threads(o.threads);
   const CheckedOptions checked = check_options(o);
-  kv_type_ = checked.kv_type;
+  kv_ = checked.kv;
+  if (kv_.k != ops::KvType::kF16 || kv_.v != ops::KvType::kF16 || kv_.rotate)
+    log::info("KV cache: %s", kv_description(kv_).c_str());
   const uint64_t budget = checked.budget;
   stats_ = o.stats;
 
@@ -107,7 +124,7 @@ Engine::Engine(const EngineOptions& o) {
     n_ctx_ = o.n_ctx;
   } else {
     // --parallel auto: the context first (as for one sequence), then as many sequences as fit.
-    n_ctx_ = default_n_ctx(*model_, kv_type_, std::max(o.n_parallel, 1), budget);
+    n_ctx_ = default_n_ctx(*model_, kv_, std::max(o.n_parallel, 1), budget);
     log::info("context size %lld (model trained for %lld%s)", static_cast<long long>(n_ctx_),
               static_cast<long long>(c.n_ctx_train),
               n_ctx_ < c.n_ctx_train ? (budget ? ", capped by --mem-budget" : ", capped by available memory") : "");
@@ -115,7 +132,7 @@ Engine::Engine(const EngineOptions& o) {
 
   n_parallel_ = o.n_parallel;
   if (n_parallel_ == 0) {
-    const AutoParallel a = auto_parallel(*model_, kv_type_, n_ctx_, checkpoints, budget);
+    const AutoParallel a = auto_parallel(*model_, kv_, n_ctx_, checkpoints, budget);
     n_parallel_ = a.n;
     kv_tokens_ = a.kv_tokens;
     const std::string room = format_bytes(a.room) + (budget ? ", a quarter of --mem-budget" : ", half the available memory");
@@ -133,7 +150,7 @@ Engine::Engine(const EngineOptions& o) {
   req.n_ctx = n_ctx_;
   req.n_parallel = n_parallel_;
   req.kv_tokens = kv_tokens_;
-  req.kv_type = kv_type_;
+  req.kv = kv_;
   req.batch_rows = o.batch_rows;
   req.budget = budget;
   req.expert_slots = o.expert_cache;
@@ -234,7 +251,7 @@ void Engine::print_stats() const {
 ResidentSet resident_set() { return {status_kib("VmRSS") * 1024, status_kib("VmHWM") * 1024}; }
 
 std::unique_ptr<SequenceState> Engine::new_sequence() const {
-  return std::make_unique<SequenceState>(model_->backend(), model_->state_shape(), n_ctx_, kv_type_);
+  return std::make_unique<SequenceState>(model_->backend(), model_->state_shape(), n_ctx_, kv_);
 }
 
 const std::vector<float>& Engine::eval(SequenceState& seq, const std::vector<int32_t>& tokens, bool all_logits) {

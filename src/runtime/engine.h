@@ -16,7 +16,12 @@ struct EngineOptions {
   std::string model_path;
   int64_t n_ctx = 0;           // 0: the model's training context, capped by free memory
   int threads = 0;             // 0: all hardware threads
-  std::string kv_type = "f16"; // f16 | f32
+  std::string kv_type = "f16"; // f32 | f16 | q8_0 | q4_0, for K and V
+  std::string kv_type_k;       // --kv-type-k: K rows' type (empty: --kv-type)
+  std::string kv_type_v;       // --kv-type-v: V rows' type (empty: --kv-type)
+  std::string kv_rotate = "auto";  // --kv-rotate auto|on|off (auto: on for a quantized cache)
+  int64_t kv_sink = -1;        // --kv-sink N: positions kept in f16 at the start (-1: kDefaultKvSink when quantized)
+  int64_t kv_window = -1;      // --kv-window N: latest positions kept in f16 (-1: kDefaultKvWindow when quantized)
   std::string dump_dir;        // --dump-tensors DIR: write named intermediates as .npy
   std::string mem_budget;      // --mem-budget SIZE: stream experts through a cache so memory stays within SIZE
   int64_t expert_cache = 0;    // --expert-cache N: stream with exactly N experts per layer cached
@@ -34,10 +39,12 @@ struct EngineOptions {
 };
 
 // The parts of EngineOptions that are checked and parsed before a model is loaded (shared by the engine and
-// `tern plan`): throws Error naming the flag for a negative -c or --expert-cache, an unknown --kv-type or a
-// malformed --mem-budget.
+// `tern plan`): throws Error naming the flag for a negative -c or --expert-cache, an unknown --kv-type(-k/-v) or
+// --kv-rotate, a negative --kv-sink / --kv-window, or a malformed --mem-budget.
+inline constexpr int64_t kDefaultKvSink = 16;     // measured: docs/BENCHMARKS.md, KV cache quality
+inline constexpr int64_t kDefaultKvWindow = 128;
 struct CheckedOptions {
-  ops::KvType kv_type = ops::KvType::kF16;
+  ops::KvConfig kv;
   uint64_t budget = 0;  // bytes; 0: no --mem-budget
 };
 CheckedOptions check_options(const EngineOptions& o);
@@ -62,7 +69,7 @@ class Engine {
   int64_t n_ctx() const { return n_ctx_; }
   int n_parallel() const { return n_parallel_; }  // sequences the memory plan holds (EngineOptions::n_parallel resolved)
   int64_t kv_tokens() const { return kv_tokens_; }  // > 0: KV rows the sequences share (--parallel auto), else none
-  ops::KvType kv_type() const { return kv_type_; }
+  const ops::KvConfig& kv_config() const { return kv_; }
   std::unique_ptr<models::SequenceState> new_sequence() const;
   // The decode loop every generating command runs (speculative when the model can draft and it is not off).
   DecodeLoop& decoder() { return *decoder_; }
@@ -78,7 +85,7 @@ class Engine {
   int64_t n_ctx_ = 0;
   int n_parallel_ = 1;
   int64_t kv_tokens_ = 0;
-  ops::KvType kv_type_ = ops::KvType::kF16;
+  ops::KvConfig kv_;
   MemoryPlan plan_;
   bool stats_ = false;
   models::RepackReport repack_;

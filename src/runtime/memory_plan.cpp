@@ -38,23 +38,23 @@ double available_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<double>(pages) * page : 4e9;
 }
 
-int64_t default_n_ctx(const models::ModelShape& m, ops::KvType kv_type, int n_parallel, uint64_t budget) {
+int64_t default_n_ctx(const models::ModelShape& m, const ops::KvConfig& kv, int n_parallel, uint64_t budget) {
   const double room = budget ? static_cast<double>(budget) / 4 : available_memory_bytes() / 2;
   const models::StateShape shape = m.state_shape();
-  auto state = [&](int64_t n) { return static_cast<double>(SequenceState::bytes_for(shape, n, kv_type)) * n_parallel; };
+  auto state = [&](int64_t n) { return static_cast<double>(SequenceState::bytes_for(shape, n, kv)) * n_parallel; };
   int64_t n = m.info().n_ctx_train;
   while (n > 256 && state(n) > room) n /= 2;
   return n;
 }
 
-AutoParallel auto_parallel(const models::ModelShape& m, ops::KvType kv_type, int64_t n_ctx, int64_t checkpoints,
+AutoParallel auto_parallel(const models::ModelShape& m, const ops::KvConfig& kv, int64_t n_ctx, int64_t checkpoints,
                            uint64_t budget) {
   AutoParallel a;
   const double space = budget ? static_cast<double>(budget) / 4 : available_memory_bytes() / 2;
   a.room = static_cast<uint64_t>(space);
   const models::StateShape shape = m.state_shape();
-  a.per_token = SequenceState::bytes_for(shape, 2, kv_type) - SequenceState::bytes_for(shape, 1, kv_type);
-  a.fixed = SequenceState::bytes_for(shape, 1, kv_type) - a.per_token;
+  a.per_token = SequenceState::token_bytes(shape, kv);
+  a.fixed = SequenceState::fixed_bytes(shape, kv);
   for (const models::LayerStateShape& s : shape)
     a.fixed += static_cast<uint64_t>(checkpoints * (s.conv_floats + s.ssm_floats)) * sizeof(float);
   a.per_sequence = a.fixed + static_cast<uint64_t>(n_ctx) * a.per_token;
@@ -83,6 +83,15 @@ int64_t draft_checkpoints(const models::ModelShape& m, int draft, bool no_spec) 
   return d > 0 ? d + 1 : 0;
 }
 
+std::string kv_description(const ops::KvConfig& kv) {
+  std::string s = kv.k == kv.v ? ops::kv_type_name(kv.k)
+                               : std::string("K ") + ops::kv_type_name(kv.k) + " / V " + ops::kv_type_name(kv.v);
+  if (kv.rotate) s += ", rotated";
+  if (kv.shadow_k() || kv.shadow_v())
+    s += ", sink " + std::to_string(kv.sink) + " + window " + std::to_string(kv.window) + " in f16";
+  return s;
+}
+
 uint64_t MemoryPlan::minimum() const {
   uint64_t one_each = 0;
   for (uint64_t b : expert_bytes) one_each += b;
@@ -102,11 +111,11 @@ MemoryPlan plan_memory(const models::ModelShape& m, const MemoryRequest& r) {
   p.expert_bytes = w.expert_bytes;
   p.repacked = w.repacked;
   p.mtp = w.mtp;
-  p.state = static_cast<uint64_t>(r.n_parallel) * SequenceState::bytes_for(m.state_shape(), r.n_ctx, r.kv_type);
+  p.state = static_cast<uint64_t>(r.n_parallel) * SequenceState::bytes_for(m.state_shape(), r.n_ctx, r.kv);
   if (r.kv_tokens > 0) {  // the sequences share kv_tokens rows: their recurrent state each, the rows once
     const models::StateShape shape = m.state_shape();
-    const uint64_t per_token = SequenceState::bytes_for(shape, 2, r.kv_type) - SequenceState::bytes_for(shape, 1, r.kv_type);
-    const uint64_t fixed = SequenceState::bytes_for(shape, 1, r.kv_type) - per_token;
+    const uint64_t per_token = SequenceState::token_bytes(shape, r.kv);
+    const uint64_t fixed = SequenceState::fixed_bytes(shape, r.kv);
     p.state = static_cast<uint64_t>(r.n_parallel) * fixed + static_cast<uint64_t>(r.kv_tokens) * per_token;
   }
   for (const models::LayerStateShape& s : m.state_shape())

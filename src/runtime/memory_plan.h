@@ -21,7 +21,7 @@ inline constexpr int kDefaultDraft = 3;  // tokens the MTP block drafts per step
 struct MemoryRequest {
   int64_t n_ctx = 0;          // per sequence, already resolved (> 0)
   int n_parallel = 1;         // sequences held at once
-  ops::KvType kv_type = ops::KvType::kF16;
+  ops::KvConfig kv;           // the KV cache's types, sink and window
   int64_t batch_rows = kMaxBatchRows;  // rows of the largest forward
   uint64_t budget = 0;        // bytes; 0: no budget (everything mapped, the page cache decides)
   int64_t expert_slots = 0;   // experts cached per layer; 0: from the budget (or mapped without one)
@@ -67,7 +67,7 @@ double available_memory_bytes();
 
 // The context size for -c 0: the model's training context, halved (not below 256) while the state of
 // n_parallel sequences exceeds half the available memory, or a quarter of the budget when there is one.
-int64_t default_n_ctx(const models::ModelShape& m, ops::KvType kv_type, int n_parallel, uint64_t budget);
+int64_t default_n_ctx(const models::ModelShape& m, const ops::KvConfig& kv, int n_parallel, uint64_t budget);
 
 // --parallel auto, in the room default_n_ctx allows for state (half the available memory, or a quarter of the
 // budget): as many sequences of n_ctx tokens (with `checkpoints` recurrent-state checkpoints each) as fit whole,
@@ -84,7 +84,7 @@ struct AutoParallel {
   uint64_t per_token = 0;     // KV bytes per token (all layers)
   uint64_t room = 0;
 };
-AutoParallel auto_parallel(const models::ModelShape& m, ops::KvType kv_type, int64_t n_ctx, int64_t checkpoints,
+AutoParallel auto_parallel(const models::ModelShape& m, const ops::KvConfig& kv, int64_t n_ctx, int64_t checkpoints,
                            uint64_t budget);
 
 // The model answers for its own sizes (weights as held, state, forward buffers); the plan adds them up.
@@ -92,6 +92,8 @@ MemoryPlan plan_memory(const models::ModelShape& m, const MemoryRequest& r);
 
 // The plan as an aligned table (what `tern plan` prints and the engine logs under a budget).
 std::string format_plan(const MemoryPlan& p);
+// "f16", "q4_0, rotated, sink 16 + window 128 in f16", "K q8_0 / V f16, ...": what the KV cache keeps.
+std::string kv_description(const ops::KvConfig& kv);
 
 // "12G", "512M", "1.5GiB", "800000000": binary units K/M/G/T (with optional "i", "B"). Throws Error naming
 // `flag` and the text when it is not a positive size.

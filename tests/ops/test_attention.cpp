@@ -29,7 +29,7 @@ struct Cache {
   KvCacheView view;
   Cache(const AttnDims& s, KvType type) {
     const size_t n = s.n_head_kv * s.n_ctx * s.head_dim;
-    view.type = type;
+    view.k_type = view.v_type = type;
     view.n_head_kv = s.n_head_kv;
     view.n_ctx = s.n_ctx;
     view.head_dim = s.head_dim;

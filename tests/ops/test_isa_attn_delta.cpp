@@ -36,7 +36,7 @@ struct Cache {
   KvCacheView view;
   Cache(const AttnCase& c, KvType type, int64_t n_ctx) {
     const size_t n = c.n_head_kv * n_ctx * c.hd;
-    view = {type, nullptr, nullptr, c.n_head_kv, n_ctx, c.hd};
+    view = {type, type, nullptr, nullptr, c.n_head_kv, n_ctx, c.hd};
     if (type == KvType::kF32) {
       k32.assign(n, NAN);
       v32.assign(n, NAN);

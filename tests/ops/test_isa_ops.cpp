@@ -284,8 +284,8 @@ TEST_P(IsaConv, KvStoreF16BitExact) {
     for (size_t i = 0; i < std::size(edge) && i < k.size(); ++i) k[i] = edge[i];
     for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(v[i], static_cast<int>(i % 40) - 30);
     std::vector<uint16_t> ref_k(n_kv * n_ctx * hd, 0), ref_v = ref_k, got_k = ref_k, got_v = ref_k;
-    KvCacheView a{KvType::kF16, ref_k.data(), ref_v.data(), n_kv, n_ctx, hd};
-    KvCacheView b{KvType::kF16, got_k.data(), got_v.data(), n_kv, n_ctx, hd};
+    KvCacheView a{KvType::kF16, KvType::kF16, ref_k.data(), ref_v.data(), n_kv, n_ctx, hd};
+    KvCacheView b{KvType::kF16, KvType::kF16, got_k.data(), got_v.data(), n_kv, n_ctx, hd};
     kv_store(a, k.data(), v.data(), T, 2, Isa::kRef);
     kv_store(b, k.data(), v.data(), T, 2, isa());
     for (size_t i = 0; i < ref_k.size(); ++i) {

@@ -42,7 +42,8 @@ void attention_block(backend::Backend& be, const AttentionParams& c, const Atten
     const ops::KvCacheView kv = sg.state->kv(layer);
     be.kv_store(kv, ks, v + sg.row0 * kv_dim, n, p0);
     be.attention_causal(qs, n, c.n_head, kv, p0, scale, out + sg.row0 * q_dim);
-    TERN_PROFILE_BYTES(prof_core, (p0 + n) * kv_dim * 2 * (kv.type == ops::KvType::kF16 ? 2 : 4));
+    TERN_PROFILE_BYTES(prof_core, (p0 + n) * c.n_head_kv *
+                                      (ops::kv_row_bytes(kv.k_type, hd) + ops::kv_row_bytes(kv.v_type, hd)));
   }
   dump("attn_pregate", layer, out, {n_rows, q_dim});
   be.sigmoid_gate(out, gate, n_rows * q_dim);

@@ -34,13 +34,13 @@ void run_indexer(backend::Backend& be, const MlaParams& c, const IndexerWeights&
     be.rope_interleaved(ik + sg.row0 * d, n, 1, d, 0, c.rope, pos, c.rope_freq_base);
     LayerState& ls = sg.state->layer(layer);
     if (!ls.v) fail("internal: layer %d has an indexer but its state keeps no indexer keys", layer);
-    be.rows_store(ls.v->data(), sg.state->kv_type(), sg.state->n_ctx(), d, ik + sg.row0 * d, n, p0);
+    be.rows_store(ls.v->data(), sg.state->kv_config().k, sg.state->n_ctx(), d, ik + sg.row0 * d, n, p0);
     MlaSelection& sel = s.selections[i];
     sel.dense = p0 + n <= c.idx_topk;
     if (sel.dense) continue;
     sel.sel.resize(static_cast<size_t>(n * c.idx_topk));
     sel.n_sel.resize(static_cast<size_t>(n));
-    be.indexer_topk(iq + sg.row0 * H * d, iw + sg.row0 * H, n, H, d, ls.v->data(), sg.state->kv_type(),
+    be.indexer_topk(iq + sg.row0 * H * d, iw + sg.row0 * H, n, H, d, ls.v->data(), sg.state->kv_config().k,
                     sg.state->n_ctx(), p0, c.idx_topk, sel.sel.data(), sel.n_sel.data());
   }
   dump("indexer_k", layer, ik, {n_rows, d});
@@ -107,13 +107,13 @@ void mla_block(backend::Backend& be, const MlaParams& c, const MlaWeights& w, in
     const Segment& sg = segs[i];
     const int64_t n = sg.n_tokens, p0 = sg.state->n_past();
     LayerState& ls = sg.state->layer(layer);
-    be.rows_store(ls.k->data(), sg.state->kv_type(), sg.state->n_ctx(), dc, lat + sg.row0 * dc, n, p0);
+    be.rows_store(ls.k->data(), sg.state->kv_config().k, sg.state->n_ctx(), dc, lat + sg.row0 * dc, n, p0);
     const MlaSelection* sel = c.idx_heads > 0 ? &s.selections[i] : nullptr;
     const bool sparse = sel && !sel->dense;
-    be.attention_mla(qabs + sg.row0 * H * dc, n, H, ls.k->data(), sg.state->kv_type(), sg.state->n_ctx(), dc, L, p0,
+    be.attention_mla(qabs + sg.row0 * H * dc, n, H, ls.k->data(), sg.state->kv_config().k, sg.state->n_ctx(), dc, L, p0,
                      sparse ? sel->sel.data() : nullptr, c.idx_topk, sparse ? sel->n_sel.data() : nullptr, c.scale,
                      obar + sg.row0 * H * L);
-    TERN_PROFILE_BYTES(prof_core, (p0 + n) * dc * (sg.state->kv_type() == ops::KvType::kF16 ? 2 : 4));
+    TERN_PROFILE_BYTES(prof_core, (p0 + n) * dc * (sg.state->kv_config().k == ops::KvType::kF16 ? 2 : 4));
   }
   prof_core.done();
 

@@ -34,6 +34,7 @@ StateShape state_shape(const Config& c) {
     l.n_head_kv = 1;
     l.head_dim = c.kv_lora + c.rope;
     l.v_dim = c.idx_full[static_cast<size_t>(i)] ? c.idx_dim : 0;
+    l.plain_rows = true;
   }
   return s;
 }

@@ -103,6 +103,16 @@ struct V16 {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), lo);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), hi);
   }
+  static float h2f(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
+  // 16 int8 -> floats; 16 bytes' low (hi: high) nibbles -> floats 0..15.
+  static R load_i8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static R load_u4(const uint8_t* p, bool hi) {
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if (hi) b = _mm_srli_epi16(b, 4);
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(0x0F))));
+  }
   static void store_h_n(uint16_t* p, R x, int64_t n) {
     alignas(32) uint16_t tmp[16];
     store_h(tmp, x);

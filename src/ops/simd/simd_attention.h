@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
+
+#include "core/fp16.h"
 
 #include "ops/kernels.h"
 #include "ops/simd/simd_math.h"
@@ -17,16 +20,22 @@
 namespace tern::ops {
 namespace {
 
+// Row formats the kernels read (a template argument; `bool F16` converts to kFmtF32 / kFmtF16).
+constexpr int kFmtF32 = 0, kFmtF16 = 1, kFmtQ8 = 2, kFmtQ4 = 3;
+constexpr int fmt_of(KvType t) {
+  return t == KvType::kF32 ? kFmtF32 : t == KvType::kF16 ? kFmtF16 : t == KvType::kQ8_0 ? kFmtQ8 : kFmtQ4;
+}
+
 // Cache rows as the kernels read them: logical position p is row idx ? idx[p] : p of base, rows `stride` elements
-// apart (f32, or f16 when F16).
+// apart (f32 / f16), or `stride` bytes apart (the block formats).
 struct KvRows {
   const void* base;
   int64_t stride;
   const int32_t* idx = nullptr;
-  template <bool F16>
+  template <int F>
   const void* at(int64_t p) const {
     const int64_t row = idx ? idx[p] : p;
-    return static_cast<const char*>(base) + row * stride * (F16 ? 2 : 4);
+    return static_cast<const char*>(base) + row * stride * (F == kFmtF32 ? 4 : F == kFmtF16 ? 2 : 1);
   }
 };
 
@@ -35,24 +44,41 @@ struct AttnSimd {
   using R = typename V::R;
   static constexpr int64_t L = V::kL;
 
-  template <bool F16>
+  // Elements [i, i + L) of a row (i a multiple of L; L divides 32, so a vector never spans two blocks). Block
+  // formats: d * q resp. d * (nibble - 8), the products the scalar twin forms.
+  template <int F>
   static R ld(const void* row, int64_t i) {
-    if constexpr (F16) {
+    if constexpr (F == kFmtF16) {
       return V::load_h(static_cast<const uint16_t*>(row) + i);
-    } else {
+    } else if constexpr (F == kFmtF32) {
       return V::load(static_cast<const float*>(row) + i);
+    } else if constexpr (F == kFmtQ8) {
+      const uint8_t* blk = static_cast<const uint8_t*>(row) + i / 32 * 34;
+      uint16_t d;
+      std::memcpy(&d, blk, 2);
+      return V::mul(V::set1(V::h2f(d)), V::load_i8(reinterpret_cast<const int8_t*>(blk + 2 + i % 32)));
+    } else {
+      const uint8_t* blk = static_cast<const uint8_t*>(row) + i / 32 * 18;
+      uint16_t d;
+      std::memcpy(&d, blk, 2);
+      const int64_t j = i % 32;
+      return V::mul(V::set1(V::h2f(d)), V::sub(V::load_u4(blk + 2 + j % 16, j >= 16), V::set1(8.0f)));
     }
   }
-  template <bool F16>
+  template <int F>
   static R ld_n(const void* row, int64_t i, int64_t m) {
-    if constexpr (F16) {
+    if constexpr (F == kFmtF16) {
       return V::load_h_n(static_cast<const uint16_t*>(row) + i, m);
-    } else {
+    } else if constexpr (F == kFmtF32) {
       return V::load_n(static_cast<const float*>(row) + i, m, 0.0f);
+    } else {  // never reached: block-format rows are whole vectors (head_dim % 32 == 0, checked by the op)
+      alignas(64) float tmp[L];
+      V::store(tmp, ld<F>(row, i));
+      return V::load_n(tmp, m, 0.0f);
     }
   }
   // sc[r * n_pos + p] = scale * (q[r] . K[p][0, hd)) for rows r < NR, positions p in [p0, p1).
-  template <int NR, bool F16>
+  template <int NR, int F16>
   static void scores(const float* const* q, const KvRows& k, int64_t p0, int64_t p1, int64_t n_pos, int64_t hd,
                      float scale, float* sc) {
     for (int64_t p = p0; p < p1; ++p) {
@@ -82,7 +108,7 @@ struct AttnSimd {
 
   // Positions [p0, p1) of out[r][i0, i0 + 2L) += sc[r][p] V[p][i0, ...) (first: from 0; last: then times inv[r]);
   // m0, m1: valid lanes of the two vectors. Each element's sum runs over p in order however positions are tiled.
-  template <int NR, bool F16, bool Full>
+  template <int NR, int F16, bool Full>
   static void slice(const float* sc, int64_t n_pos, const KvRows& v, int64_t i0, int64_t m0, int64_t m1, int64_t p0,
                     int64_t p1, bool first, bool last, const float* inv, float* const* out) {
     R acc[NR][2];
@@ -130,31 +156,145 @@ struct AttnSimd {
     }
   }
 
-  template <int NR, bool F16>
-  static void rows(const float* const* q, float* const* out, const AttnBlock& b, int64_t n_pos, float* sc) {
-    const int64_t hd = b.head_dim;
-    const KvRows k{b.k, hd}, v{b.v, hd};
-    scores<NR, F16>(q, k, 0, n_pos, n_pos, hd, b.scale, sc);
-    float inv[NR];
-    for (int r = 0; r < NR; ++r) inv[r] = static_cast<float>(1.0 / exp_shifted<V>(sc + r * n_pos, n_pos));
-    // V in tiles of ~16 KiB of rows, each tile read from memory once and then from L1 for every slice of
-    // head_dim (a long context's V does not fit in L2; slices over all positions would stream it hd / 2L times).
-    const int64_t tile = std::max<int64_t>(8, 16384 / (hd * (F16 ? 2 : 4)));
-    for (int64_t p0 = 0; p0 < n_pos; p0 += tile) {
-      const int64_t p1 = std::min(n_pos, p0 + tile);
-      const bool first = p0 == 0, last = p1 == n_pos;
+  // Positions [p0, p1) of the value sums of all head_dim slices, in tiles of ~16 KiB of rows: each tile is read
+  // from memory once and then from L1 for every slice (a long context's V does not fit in L2; slices over all
+  // positions would stream it hd / 2L times).
+  template <int NR, int F>
+  static void values(const float* sc, int64_t n_pos, const KvRows& v, int64_t row_bytes, int64_t hd, int64_t p0,
+                     int64_t p1, const float* inv, float* const* out) {
+    const int64_t tile = std::max<int64_t>(8, 16384 / row_bytes);
+    for (int64_t t0 = p0; t0 < p1; t0 += tile) {
+      const int64_t t1 = std::min(p1, t0 + tile);
+      const bool first = t0 == 0, last = t1 == n_pos;
       int64_t i = 0;
-      for (; i + 2 * L <= hd; i += 2 * L)
-        slice<NR, F16, true>(sc, n_pos, v, i, L, L, p0, p1, first, last, inv, out);
+      for (; i + 2 * L <= hd; i += 2 * L) slice<NR, F, true>(sc, n_pos, v, i, L, L, t0, t1, first, last, inv, out);
       if (i < hd) {
         const int64_t rest = hd - i;
-        slice<NR, F16, false>(sc, n_pos, v, i, rest < L ? rest : L, rest > L ? rest - L : 0, p0, p1, first, last,
-                              inv, out);
+        slice<NR, F, false>(sc, n_pos, v, i, rest < L ? rest : L, rest > L ? rest - L : 0, t0, t1, first, last, inv,
+                            out);
       }
     }
   }
 
-  template <bool F16>
+  // Block formats, read block by block: a block's 32 codes (as floats, exact) times the query, then times the
+  // block's scale d once; in the value sums the weight w_p times d once per block and position. The same products as
+  // the scalar twin's d * q in another rounding order (tests/ops: NMSE ~1e-14 against it).
+  static constexpr int64_t block_bytes(int F) { return F == kFmtQ8 ? 34 : 18; }
+  static float scale_of(const uint8_t* blk) {
+    uint16_t d;
+    std::memcpy(&d, blk, 2);
+    return V::h2f(d);
+  }
+  template <int F>
+  static R codes(const uint8_t* blk, int64_t j) {  // elements [j, j + L) of the block, j a multiple of L
+    if constexpr (F == kFmtQ8) {
+      return V::load_i8(reinterpret_cast<const int8_t*>(blk + 2 + j));
+    } else {
+      return V::sub(V::load_u4(blk + 2 + j % 16, j >= 16), V::set1(8.0f));
+    }
+  }
+
+  template <int NR, int F>
+  static void scores_q(const float* const* q, const KvRows& k, int64_t p0, int64_t p1, int64_t n_pos, int64_t hd,
+                       float scale, float* sc) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* blk = static_cast<const uint8_t*>(k.template at<F>(p));
+      R acc[NR];
+      for (int r = 0; r < NR; ++r) acc[r] = V::zero();
+      for (int64_t b = 0; b < hd; b += 32, blk += block_bytes(F)) {
+        R s0[NR], s1[NR];
+        for (int r = 0; r < NR; ++r) s0[r] = s1[r] = V::zero();
+        for (int64_t j = 0; j < 32; j += 2 * L) {
+          const R k0 = codes<F>(blk, j), k1 = codes<F>(blk, j + L);
+          for (int r = 0; r < NR; ++r) {
+            s0[r] = V::fma(V::load(q[r] + b + j), k0, s0[r]);
+            s1[r] = V::fma(V::load(q[r] + b + j + L), k1, s1[r]);
+          }
+        }
+        const R d = V::set1(scale_of(blk));
+        for (int r = 0; r < NR; ++r) acc[r] = V::fma(d, V::add(s0[r], s1[r]), acc[r]);
+      }
+      for (int r = 0; r < NR; ++r) sc[r * n_pos + p] = V::hsum(acc[r]) * scale;
+    }
+  }
+
+  template <int NR, int F>
+  static void values_q(const float* sc, int64_t n_pos, const KvRows& v, int64_t row_bytes, int64_t hd, int64_t p0,
+                       int64_t p1, const float* inv, float* const* out) {
+    const int64_t tile = std::max<int64_t>(8, 16384 / row_bytes), nb = hd / 32;
+    thread_local std::vector<float> dt;  // the tile's block scales [position][block]
+    for (int64_t t0 = p0; t0 < p1; t0 += tile) {
+      const int64_t t1 = std::min(p1, t0 + tile);
+      const bool first = t0 == 0, last = t1 == n_pos;
+      dt.resize(static_cast<size_t>((t1 - t0) * nb));
+      for (int64_t p = t0; p < t1; ++p) {
+        const uint8_t* row = static_cast<const uint8_t*>(v.template at<F>(p));
+        for (int64_t b = 0; b < nb; ++b) dt[(p - t0) * nb + b] = scale_of(row + b * block_bytes(F));
+      }
+      for (int64_t i = 0; i < hd; i += 2 * L) {
+        R acc[NR][2];
+        for (int r = 0; r < NR; ++r) {
+          if (first) {
+            acc[r][0] = acc[r][1] = V::zero();
+          } else {
+            acc[r][0] = V::load(out[r] + i);
+            acc[r][1] = V::load(out[r] + i + L);
+          }
+        }
+        const int64_t b = i / 32, j = i % 32;
+        for (int64_t p = t0; p < t1; ++p) {
+          const uint8_t* blk = static_cast<const uint8_t*>(v.template at<F>(p)) + b * block_bytes(F);
+          const R v0 = codes<F>(blk, j), v1 = codes<F>(blk, j + L);
+          const float d = dt[(p - t0) * nb + b];
+          for (int r = 0; r < NR; ++r) {
+            const R w = V::set1(sc[r * n_pos + p] * d);
+            acc[r][0] = V::fma(w, v0, acc[r][0]);
+            acc[r][1] = V::fma(w, v1, acc[r][1]);
+          }
+        }
+        for (int r = 0; r < NR; ++r) {
+          R o0 = acc[r][0], o1 = acc[r][1];
+          if (last) {
+            o0 = V::mul(o0, V::set1(inv[r]));
+            o1 = V::mul(o1, V::set1(inv[r]));
+          }
+          V::store(out[r] + i, o0);
+          V::store(out[r] + i + L, o1);
+        }
+      }
+    }
+  }
+
+  // The query rows' positions in order as runs of one store: [0, a) shadow, [a, c) main, [c, n_pos) shadow, where
+  // a = min(sink, n_pos) and c = max(a, n_pos - window); all main without a shadow.
+  struct Runs {
+    int64_t a, c;
+  };
+  static Runs runs(const AttnBlock& b, const uint16_t* shadow, int64_t n_pos) {
+    if (!shadow) return {0, n_pos};
+    const int64_t a = std::min(b.sink, n_pos);
+    return {a, std::max(a, n_pos - b.window)};
+  }
+
+  template <int NR, int FK, int FV>
+  static void rows(const float* const* q, float* const* out, const AttnBlock& b, int64_t n_pos, float* sc) {
+    const int64_t hd = b.head_dim;
+    const int64_t kb = kv_row_bytes(b.k_type, hd), vb = kv_row_bytes(b.v_type, hd);
+    const KvRows k{b.k, FK >= kFmtQ8 ? kb : hd}, v{b.v, FV >= kFmtQ8 ? vb : hd}, k16{b.k16, hd}, v16{b.v16, hd};
+    const Runs rk = runs(b, b.k16, n_pos), rv = runs(b, b.v16, n_pos);
+    if (rk.a > 0) scores<NR, kFmtF16>(q, k16, 0, rk.a, n_pos, hd, b.scale, sc);
+    if constexpr (FK >= kFmtQ8) scores_q<NR, FK>(q, k, rk.a, rk.c, n_pos, hd, b.scale, sc);
+    else scores<NR, FK>(q, k, rk.a, rk.c, n_pos, hd, b.scale, sc);
+    if (rk.c < n_pos) scores<NR, kFmtF16>(q, k16, rk.c, n_pos, n_pos, hd, b.scale, sc);
+    float inv[NR];
+    for (int r = 0; r < NR; ++r) inv[r] = static_cast<float>(1.0 / exp_shifted<V>(sc + r * n_pos, n_pos));
+    if (rv.a > 0) values<NR, kFmtF16>(sc, n_pos, v16, hd * 2, hd, 0, rv.a, inv, out);
+    if constexpr (FV >= kFmtQ8) values_q<NR, FV>(sc, n_pos, v, vb, hd, rv.a, rv.c, inv, out);
+    else values<NR, FV>(sc, n_pos, v, vb, hd, rv.a, rv.c, inv, out);
+    if (rv.c < n_pos) values<NR, kFmtF16>(sc, n_pos, v16, hd * 2, hd, rv.c, n_pos, inv, out);
+  }
+
+  template <int FK, int FV>
   static void block(const AttnBlock& b) {
     thread_local std::vector<float> sc;
     for (int64_t t = 0; t < b.n_tok; ++t) {
@@ -169,20 +309,58 @@ struct AttnSimd {
           out[r] = b.out + t * b.tok_stride + (j0 + r) * b.head_dim;
         }
         switch (nr) {
-          case 1: rows<1, F16>(q, out, b, n_pos, sc.data()); break;
-          case 2: rows<2, F16>(q, out, b, n_pos, sc.data()); break;
-          case 3: rows<3, F16>(q, out, b, n_pos, sc.data()); break;
-          default: rows<4, F16>(q, out, b, n_pos, sc.data()); break;
+          case 1: rows<1, FK, FV>(q, out, b, n_pos, sc.data()); break;
+          case 2: rows<2, FK, FV>(q, out, b, n_pos, sc.data()); break;
+          case 3: rows<3, FK, FV>(q, out, b, n_pos, sc.data()); break;
+          default: rows<4, FK, FV>(q, out, b, n_pos, sc.data()); break;
         }
       }
     }
   }
 
+  template <int FK>
+  static void attend_k(const AttnBlock& b) {
+    switch (fmt_of(b.v_type)) {
+      case kFmtF32: block<FK, kFmtF32>(b); break;
+      case kFmtF16: block<FK, kFmtF16>(b); break;
+      case kFmtQ8: block<FK, kFmtQ8>(b); break;
+      default: block<FK, kFmtQ4>(b); break;
+    }
+  }
+
   static void attend(const AttnBlock& b) {
-    if (b.f16) {
-      block<true>(b);
-    } else {
-      block<false>(b);
+    switch (fmt_of(b.k_type)) {
+      case kFmtF32: attend_k<kFmtF32>(b); break;
+      case kFmtF16: attend_k<kFmtF16>(b); break;
+      case kFmtQ8: attend_k<kFmtQ8>(b); break;
+      default: attend_k<kFmtQ4>(b); break;
+    }
+  }
+
+  // Rows of x [n_rows, n] times the orthonormal Walsh-Hadamard matrix: the scalar twin's butterflies, each element
+  // the same a + c / a - c and final product, so the result is the twin's bit for bit.
+  static void hadamard(float* x, int64_t n_rows, int64_t n) {
+    const float norm = 1.0f / std::sqrt(static_cast<float>(n));
+    for (int64_t r = 0; r < n_rows; ++r, x += n) {
+      for (int64_t h = 1; h < n; h *= 2)
+        for (int64_t i = 0; i < n; i += 2 * h) {
+          if (h >= L) {
+            for (int64_t j = i; j < i + h; j += L) {
+              const R a = V::load(x + j), c = V::load(x + j + h);
+              V::store(x + j, V::add(a, c));
+              V::store(x + j + h, V::sub(a, c));
+            }
+          } else {
+            for (int64_t j = i; j < i + h; ++j) {
+              const float a = x[j], c = x[j + h];
+              x[j] = a + c;
+              x[j + h] = a - c;
+            }
+          }
+        }
+      int64_t i = 0;
+      for (; i + L <= n; i += L) V::store(x + i, V::mul(V::load(x + i), V::set1(norm)));
+      for (; i < n; ++i) x[i] *= norm;
     }
   }
 };

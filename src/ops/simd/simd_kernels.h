@@ -30,6 +30,7 @@ Kernels make_kernels(Isa isa, int64_t delta_chunk_min) {
       &conv_silu_simd<V>,
       &f32_to_f16_simd<V>,
       &AttnSimd<V>::attend,
+      &AttnSimd<V>::hadamard,
       &DeltaSimd<V>::recurrent,
       &DeltaSimd<V>::chunked,
       delta_chunk_min,
