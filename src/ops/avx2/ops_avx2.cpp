@@ -88,6 +88,25 @@ struct V8 {
     std::memcpy(tmp, p, static_cast<size_t>(n) * 2);
     return load_h(tmp);
   }
+  // A q4_0 block's 16 bytes -> its 32 values nibble - 8 (low nibbles are elements 0..15), 4 vectors.
+  static void load_q4(const uint8_t* p, R* c) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i m = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, m), e);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m), e);
+    c[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+    c[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+    c[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+    c[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+  }
+  // Vectors u0, u0 + 1 (u0 = 0: elements 0..15, the low nibbles; 2: 16..31, the high ones) of a q4_0 block's values.
+  static void load_q4_pair(const uint8_t* p, int64_t u0, R* c) {
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if (u0 != 0) b = _mm_srli_epi16(b, 4);
+    b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+    c[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    c[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+  }
   static float h2f(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
   // 8 int8 -> floats; 8 bytes' low (hi: high) nibbles -> floats 0..15.
   static R load_i8(const int8_t* p) {

@@ -103,6 +103,15 @@ struct V16 {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), lo);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), hi);
   }
+  // A q4_0 block's 16 bytes -> its 32 values nibble - 8 (low nibbles are elements 0..15), 2 vectors.
+  static void load_q4(const uint8_t* p, R* c) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i m = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
+    c[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(b, m), e)));
+    c[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), m), e)));
+  }
+  // Vectors u0, u0 + 1 (u0 = 0: the whole block, low then high nibbles) of a q4_0 block's values.
+  static void load_q4_pair(const uint8_t* p, int64_t, R* c) { load_q4(p, c); }
   static float h2f(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
   // 16 int8 -> floats; 16 bytes' low (hi: high) nibbles -> floats 0..15.
   static R load_i8(const int8_t* p) {
