@@ -126,6 +126,10 @@ void quantize_q8_0_row(const float* x, uint8_t* y, int64_t n) {
   }
 }
 
+// q4_0 blocks with the scale chosen for the least squared error: ggml's reference scale (signed max / -8) and
+// a few smaller ones, codes clamp(round(x / d), -8, 7), then d refit by least squares for those codes; the
+// smallest error wins (never worse than the reference encoding). The blocks are ggml's format: any q4_0 reader
+// decodes them. A non-finite value gives code 8 (value 0).
 void quantize_q4_0_row(const float* x, uint8_t* y, int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b, x += 32, y += 18) {
     float amax = 0.0f, max = 0.0f;
@@ -134,15 +138,34 @@ void quantize_q4_0_row(const float* x, uint8_t* y, int64_t n) {
         amax = std::fabs(x[j]);
         max = x[j];
       }
-    const float d = max / -8;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const uint16_t dh = fp32_to_fp16(d);
+    int best_q[32];
+    for (int j = 0; j < 32; ++j) best_q[j] = 0;
+    double best_err = INFINITY;
+    float best_d = 0.0f;
+    for (int k = 0; k < 8 && amax > 0.0f; ++k) {
+      const float d = max / (-8.0f - 0.25f * static_cast<float>(k));  // k = 0: ggml's reference scale
+      const float id = 1.0f / d;
+      int q[32];
+      double sxq = 0, sqq = 0, sxx = 0;
+      for (int j = 0; j < 32; ++j) {
+        const float r = std::round(x[j] * id);
+        q[j] = r >= -8.0f && r <= 7.0f ? static_cast<int>(r) : r > 7.0f ? 7 : r < -8.0f ? -8 : 0;
+        sxq += static_cast<double>(x[j]) * q[j];
+        sqq += static_cast<double>(q[j]) * q[j];
+        sxx += static_cast<double>(x[j]) * x[j];
+      }
+      if (sqq == 0) continue;
+      const double err = sxx - sxq * sxq / sqq;
+      if (err < best_err) {
+        best_err = err;
+        best_d = static_cast<float>(sxq / sqq);
+        std::memcpy(best_q, q, sizeof q);
+      }
+    }
+    const uint16_t dh = fp32_to_fp16(best_d);
     std::memcpy(y, &dh, 2);
-    auto code = [&](float v) {
-      const float c = v * id + 8.5f;
-      return c >= 0.0f && c < 16.0f ? std::min(15, static_cast<int>(c)) : c >= 16.0f ? 15 : 8;
-    };
-    for (int j = 0; j < 16; ++j) y[2 + j] = static_cast<uint8_t>(code(x[j]) | (code(x[j + 16]) << 4));
+    for (int j = 0; j < 16; ++j)
+      y[2 + j] = static_cast<uint8_t>((best_q[j] + 8) | ((best_q[j + 16] + 8) << 4));
   }
 }
 

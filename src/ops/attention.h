@@ -64,8 +64,9 @@ int64_t hadamard_block(int64_t head_dim);
 void hadamard_rows(float* x, int64_t n_rows, int64_t n, int64_t block, Isa isa = engine_isa());
 
 // Writes k, v [n_tokens, n_head_kv, head_dim] (f32) into cache positions pos0 .. pos0 + n_tokens - 1 (rotated
-// first when kv.rotate): rounded to half (nearest-even) for f16, ggml's reference q8_0 / q4_0 encoding for the
-// quantized types (the same bits on every ISA), and to half in the shadow where there is one. Throws tern::Error if
+// first when kv.rotate): rounded to half (nearest-even) for f16, ggml's reference q8_0 encoding, q4_0 blocks with a
+// least-squares scale (never a larger error than ggml's reference encoding), the same bits on every ISA; and to
+// half in the shadow where there is one. Throws tern::Error if
 // the range exceeds n_ctx or a quantized type's head_dim is not a multiple of 32.
 void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t n_tokens, int64_t pos0,
               Isa isa = engine_isa());

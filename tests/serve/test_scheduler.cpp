@@ -454,7 +454,11 @@ TEST(Scheduler, StreamedExpertsSameOutputAndCounters) {
 // Speculative decoding inside continuous batching: a model with an MTP block drafts per sequence (the default);
 // eight greedy requests at once, prompts chunked across steps, with and without the prefix cache (a follow-up turn
 // resumes from a snapshot), give exactly the tokens the same model gives without drafting, one request at a time.
-TEST(Scheduler, DraftingInABatchOfEightEqualsNoDrafting) {
+// With a q4_0 cache (sink 4, window 16: the shadow gives pages back within these prompts) the same holds against
+// the q4_0 cache without drafting: a quantized cache keeps drafting, rollback and the prefix cache exact.
+class SchedulerKv : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Kv, SchedulerKv, ::testing::Values("f16", "q4_0"));
+TEST_P(SchedulerKv, DraftingInABatchOfEightEqualsNoDrafting) {
   const std::string mtp = TERN_FIXTURES_DIR "/models/q35-mtp.bf16.gguf";
   auto engine_for = [&](bool spec) {
     runtime::EngineOptions o;
@@ -462,6 +466,11 @@ TEST(Scheduler, DraftingInABatchOfEightEqualsNoDrafting) {
     o.n_ctx = 256;
     o.threads = 1;
     o.no_spec = !spec;
+    o.kv_type = GetParam();
+    if (GetParam() != "f16") {
+      o.kv_sink = 4;
+      o.kv_window = 16;
+    }
     return std::make_unique<runtime::Engine>(o);
   };
   auto plain = engine_for(false), spec = engine_for(true);
