@@ -57,6 +57,7 @@ static RunFn setup_plan(CLI::App& app) {
     if (o->json) {
       nlohmann::ordered_json j = {
           {"model", e.model_path}, {"file_bytes", p.file_bytes}, {"n_ctx", req.n_ctx}, {"parallel", parallel}, {"kv_tokens", req.kv_tokens},
+          {"kv", runtime::kv_description(kv)},
           {"dense", p.dense}, {"experts", p.experts}, {"streamed", p.streamed}, {"expert_slots", p.slots},
           {"n_expert", p.n_expert}, {"expert_cache", p.expert_cache}, {"state", p.state}, {"buffers", p.buffers},
           {"checkpoints", p.checkpoints}, {"runtime", p.runtime}, {"total", p.total()}, {"minimum", p.minimum()}, {"budget", p.budget},

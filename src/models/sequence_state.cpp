@@ -75,6 +75,7 @@ void SequenceState::advance(int64_t n) {
 }
 
 void SequenceState::trim_shadow() {
+  if (!kv_.shadow_k() && !kv_.shadow_v()) return;
   const int64_t upto = n_past_ - kv_.window - kShadowSlack;  // rows below this are never read from the shadow again
   if (upto <= std::max(shadow_kept_, kv_.sink)) return;
   const int64_t from = std::max(shadow_kept_, kv_.sink);

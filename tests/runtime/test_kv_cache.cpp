@@ -252,3 +252,27 @@ TEST(KvCache, BytesPerTokenInThePlanAndTheResidentSet) {
   RecordProperty("resident_q8_over_f16", std::to_string(r8 / r16));
   RecordProperty("resident_q4_over_f16", std::to_string(r4 / r16));
 }
+
+// A state without recurrent layers rolls back anywhere with a plain cache; with a shadow, as far as its slack.
+TEST(KvCache, RollbackRangeOfAttentionOnlyStates) {
+  if (!fs::exists(kBundled)) GTEST_SKIP() << "missing " << kBundled;
+  auto e = engine({});
+  models::StateShape shape(1);
+  shape[0].n_head_kv = 2;
+  shape[0].head_dim = 64;
+  ops::KvConfig q4(ops::KvType::kQ4_0);
+  q4.sink = 4;
+  q4.window = 16;
+  for (const ops::KvConfig& kv : {ops::KvConfig(ops::KvType::kF16), q4}) {
+    models::SequenceState st(e->model().backend(), shape, 512, kv);
+    st.advance(300);
+    if (kv.shadow_k()) {
+      EXPECT_THROW(st.rollback(300 - models::SequenceState::kShadowSlack - 1), Error);
+      st.rollback(300 - models::SequenceState::kShadowSlack);
+      EXPECT_EQ(st.n_past(), 300 - models::SequenceState::kShadowSlack);
+    } else {
+      st.rollback(10);
+      EXPECT_EQ(st.n_past(), 10);
+    }
+  }
+}
