@@ -108,14 +108,9 @@ struct V8 {
     c[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
   }
   static float h2f(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
-  // 8 int8 -> floats; 8 bytes' low (hi: high) nibbles -> floats 0..15.
+  // 8 int8 -> floats.
   static R load_i8(const int8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-  }
-  static R load_u4(const uint8_t* p, bool hi) {
-    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    if (hi) b = _mm_srli_epi16(b, 4);
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(0x0F))));
   }
   static void store_h(uint16_t* p, R x) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));

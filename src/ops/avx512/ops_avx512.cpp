@@ -113,14 +113,9 @@ struct V16 {
   // Vectors u0, u0 + 1 (u0 = 0: the whole block, low then high nibbles) of a q4_0 block's values.
   static void load_q4_pair(const uint8_t* p, int64_t, R* c) { load_q4(p, c); }
   static float h2f(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
-  // 16 int8 -> floats; 16 bytes' low (hi: high) nibbles -> floats 0..15.
+  // 16 int8 -> floats.
   static R load_i8(const int8_t* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-  }
-  static R load_u4(const uint8_t* p, bool hi) {
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    if (hi) b = _mm_srli_epi16(b, 4);
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(0x0F))));
   }
   static void store_h_n(uint16_t* p, R x, int64_t n) {
     alignas(32) uint16_t tmp[16];

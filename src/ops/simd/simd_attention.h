@@ -45,37 +45,23 @@ struct AttnSimd {
   using R = typename V::R;
   static constexpr int64_t L = V::kL;
 
-  // Elements [i, i + L) of a row (i a multiple of L; L divides 32, so a vector never spans two blocks). Block
-  // formats: d * q resp. d * (nibble - 8), the products the scalar twin forms.
+  // Elements [i, i + L) of an f32 / f16 row (the block formats are read by quantized<> below).
   template <int F>
   static R ld(const void* row, int64_t i) {
+    static_assert(F == kFmtF32 || F == kFmtF16);
     if constexpr (F == kFmtF16) {
       return V::load_h(static_cast<const uint16_t*>(row) + i);
-    } else if constexpr (F == kFmtF32) {
-      return V::load(static_cast<const float*>(row) + i);
-    } else if constexpr (F == kFmtQ8) {
-      const uint8_t* blk = static_cast<const uint8_t*>(row) + i / 32 * 34;
-      uint16_t d;
-      std::memcpy(&d, blk, 2);
-      return V::mul(V::set1(V::h2f(d)), V::load_i8(reinterpret_cast<const int8_t*>(blk + 2 + i % 32)));
     } else {
-      const uint8_t* blk = static_cast<const uint8_t*>(row) + i / 32 * 18;
-      uint16_t d;
-      std::memcpy(&d, blk, 2);
-      const int64_t j = i % 32;
-      return V::mul(V::set1(V::h2f(d)), V::sub(V::load_u4(blk + 2 + j % 16, j >= 16), V::set1(8.0f)));
+      return V::load(static_cast<const float*>(row) + i);
     }
   }
   template <int F>
   static R ld_n(const void* row, int64_t i, int64_t m) {
+    static_assert(F == kFmtF32 || F == kFmtF16);
     if constexpr (F == kFmtF16) {
       return V::load_h_n(static_cast<const uint16_t*>(row) + i, m);
-    } else if constexpr (F == kFmtF32) {
+    } else {
       return V::load_n(static_cast<const float*>(row) + i, m, 0.0f);
-    } else {  // never reached: block-format rows are whole vectors (head_dim % 32 == 0, checked by the op)
-      alignas(64) float tmp[L];
-      V::store(tmp, ld<F>(row, i));
-      return V::load_n(tmp, m, 0.0f);
     }
   }
   // sc[r * n_pos + p] = scale * (q[r] . K[p][0, hd)) for rows r < NR, positions p in [p0, p1).
@@ -454,18 +440,13 @@ struct AttnSimd {
 
   template <int NR, int FK, int FV>
   static void rows(const float* const* q, float* const* out, const AttnBlock& b, int64_t n_pos, float* sc) {
+    // f32 / f16 rows only (block formats go through quantized<>), so there is no shadow here.
     const int64_t hd = b.head_dim;
-    const int64_t kb = kv_row_bytes(b.k_type, hd), vb = kv_row_bytes(b.v_type, hd);
-    const KvRows k{b.k, FK >= kFmtQ8 ? kb : hd}, v{b.v, FV >= kFmtQ8 ? vb : hd}, k16{b.k16, hd}, v16{b.v16, hd};
-    const Runs rk = runs(b, b.k16, n_pos), rv = runs(b, b.v16, n_pos);
-    if (rk.a > 0) scores<NR, kFmtF16>(q, k16, 0, rk.a, n_pos, hd, b.scale, sc);
-    scores<NR, FK>(q, k, rk.a, rk.c, n_pos, hd, b.scale, sc);
-    if (rk.c < n_pos) scores<NR, kFmtF16>(q, k16, rk.c, n_pos, n_pos, hd, b.scale, sc);
+    const KvRows k{b.k, hd}, v{b.v, hd};
+    scores<NR, FK>(q, k, 0, n_pos, n_pos, hd, b.scale, sc);
     float inv[NR];
     for (int r = 0; r < NR; ++r) inv[r] = static_cast<float>(1.0 / exp_shifted<V>(sc + r * n_pos, n_pos));
-    if (rv.a > 0) values<NR, kFmtF16>(sc, n_pos, v16, hd * 2, hd, 0, rv.a, inv, out);
-    values<NR, FV>(sc, n_pos, v, vb, hd, rv.a, rv.c, inv, out);
-    if (rv.c < n_pos) values<NR, kFmtF16>(sc, n_pos, v16, hd * 2, hd, rv.c, n_pos, inv, out);
+    values<NR, FV>(sc, n_pos, v, kv_row_bytes(b.v_type, hd), hd, 0, n_pos, inv, out);
   }
 
   template <int FK, int FV>
@@ -477,25 +458,25 @@ struct AttnSimd {
         case 3: quantized<3, FK, FV>(b); break;
         default: quantized<4, FK, FV>(b); break;  // a task has at most 4 heads (attention.cpp)
       }
-      return;
-    }
-    thread_local std::vector<float> sc;
-    for (int64_t t = 0; t < b.n_tok; ++t) {
-      const int64_t n_pos = b.n_pos0 + t;
-      if (static_cast<int64_t>(sc.size()) < 4 * n_pos) sc.resize(4 * n_pos);
-      for (int64_t j0 = 0; j0 < b.n_q; j0 += 4) {
-        const int64_t nr = b.n_q - j0 < 4 ? b.n_q - j0 : 4;
-        const float* q[4];
-        float* out[4];
-        for (int64_t r = 0; r < nr; ++r) {
-          q[r] = b.q + t * b.tok_stride + (j0 + r) * b.head_dim;
-          out[r] = b.out + t * b.tok_stride + (j0 + r) * b.head_dim;
-        }
-        switch (nr) {
-          case 1: rows<1, FK, FV>(q, out, b, n_pos, sc.data()); break;
-          case 2: rows<2, FK, FV>(q, out, b, n_pos, sc.data()); break;
-          case 3: rows<3, FK, FV>(q, out, b, n_pos, sc.data()); break;
-          default: rows<4, FK, FV>(q, out, b, n_pos, sc.data()); break;
+    } else {
+      thread_local std::vector<float> sc;
+      for (int64_t t = 0; t < b.n_tok; ++t) {
+        const int64_t n_pos = b.n_pos0 + t;
+        if (static_cast<int64_t>(sc.size()) < 4 * n_pos) sc.resize(4 * n_pos);
+        for (int64_t j0 = 0; j0 < b.n_q; j0 += 4) {
+          const int64_t nr = b.n_q - j0 < 4 ? b.n_q - j0 : 4;
+          const float* q[4];
+          float* out[4];
+          for (int64_t r = 0; r < nr; ++r) {
+            q[r] = b.q + t * b.tok_stride + (j0 + r) * b.head_dim;
+            out[r] = b.out + t * b.tok_stride + (j0 + r) * b.head_dim;
+          }
+          switch (nr) {
+            case 1: rows<1, FK, FV>(q, out, b, n_pos, sc.data()); break;
+            case 2: rows<2, FK, FV>(q, out, b, n_pos, sc.data()); break;
+            case 3: rows<3, FK, FV>(q, out, b, n_pos, sc.data()); break;
+            default: rows<4, FK, FV>(q, out, b, n_pos, sc.data()); break;
+          }
         }
       }
     }
