@@ -55,6 +55,12 @@ inline __m256i dup_i8(const uint8_t* p) {
   return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
 }
 
+// An accumulator kept in a register at this point: GCC otherwise reassociates a chain of integer vector adds
+// into all products first and one sum at the end, which needs a register per product and spills (measured: the
+// Q4_K kernel's int16 sums went through the stack). No instruction; only the integer sums' association changes,
+// and those are exact.
+inline void pin(__m256i& v) { asm("" : "+x"(v)); }
+
 // Sums of u8 x s8 products per row lane. AVX2: maddubs pairs accumulated in int16 (the caller bounds how many),
 // widened by madd; VNNI: dpbusd straight into int32.
 template <class Ops>
@@ -62,7 +68,10 @@ struct Acc {
   __m256i v = _mm256_setzero_si256();
   void add(__m256i u, __m256i s) {
     if constexpr (Ops::kVnni) v = Ops::dpbusd(v, u, s);
-    else v = _mm256_add_epi16(v, _mm256_maddubs_epi16(u, s));
+    else {
+      v = _mm256_add_epi16(v, _mm256_maddubs_epi16(u, s));
+      pin(v);
+    }
   }
   __m256i i32() const {
     if constexpr (Ops::kVnni) return v;
@@ -123,6 +132,7 @@ void q8_0(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
           const auto* x = reinterpret_cast<const BlockQ8_0S*>(xr[t]) + b;
           const __m256i xs = _mm256_sign_epi8(bcast4(x->qs + 4 * k), w);
           s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xs), _mm256_set1_epi16(1)));
+          pin(s[t]);
         }
       }
     }
@@ -162,7 +172,10 @@ void k4(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
           for (int t = 0; t < NT; ++t)
             s[t].add(q, bcast4(reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 32 * sub + 4 * k));
         }
-        for (int t = 0; t < NT; ++t) isum[t] = _mm256_add_epi32(isum[t], s[t].scaled(sc));
+        for (int t = 0; t < NT; ++t) {
+          isum[t] = _mm256_add_epi32(isum[t], s[t].scaled(sc));
+          if constexpr (!Ops::kVnni) pin(isum[t]);
+        }
       }
     }
     const __m256 d = load_h8(g), dmin = load_h8(g + x8::kQ4_K_dmin);
@@ -245,9 +258,11 @@ void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
           q6_k_piece(g, h, k, v);
           for (int t = 0; t < NT; ++t) {
             const int8_t* xq = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 4 * k;
-            for (int q = 0; q < 4; ++q)
+            for (int q = 0; q < 4; ++q) {
               isum[t] = _mm256_add_epi32(
                   isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(v[q], bcast4(xq + 32 * q)), sc[q]));
+              pin(isum[t]);
+            }
           }
         }
       }
@@ -266,7 +281,10 @@ struct Acc32 {
   __m256i v32 = _mm256_setzero_si256(), v16 = _mm256_setzero_si256();
   void add(__m256i u, __m256i s) {
     if constexpr (Ops::kVnni) v32 = Ops::dpbusd(v32, u, s);
-    else v16 = _mm256_add_epi16(v16, _mm256_maddubs_epi16(u, s));
+    else {
+      v16 = _mm256_add_epi16(v16, _mm256_maddubs_epi16(u, s));
+      pin(v16);
+    }
   }
   void flush() {
     if constexpr (!Ops::kVnni) {
