@@ -63,9 +63,18 @@ inline std::vector<Prompt> read_prompts(const fs::path& ref) {
   return out;
 }
 
-// transformers fp32 (ref_hf.json): top-1 identical at every position, every row within 5e-3 * (1 + max|logit|)
-// except at most 3% of rows (near-ties in expert routing), mean row error within 1e-3 * (1 + max|logit|).
-inline void expect_logits_match_transformers(const TeacherForced& teacher_forced, int64_t V, const fs::path& ref) {
+// Bounds relative to (1 + max|logit|) of the reference; percentages of rows / positions.
+struct HfTolerance {
+  double mean_row_err = 1e-3;  // mean over rows of the row's max |dlogit|
+  int max_outlier_pct = 3;     // rows beyond 5e-3
+  int min_agree_pct = 100;     // positions whose top-1 equals transformers'
+};
+
+// transformers fp32 (ref_hf.json), by default: top-1 identical at every position, every row within
+// 5e-3 * (1 + max|logit|) except at most 3% of rows (near-ties in expert routing), mean row error within
+// 1e-3 * (1 + max|logit|).
+inline void expect_logits_match_transformers(const TeacherForced& teacher_forced, int64_t V, const fs::path& ref,
+                                             const HfTolerance& tol = {}) {
   for (const Prompt& p : read_prompts(ref)) {
     std::vector<float> lg = teacher_forced(p.tokens);
     ASSERT_EQ(static_cast<int64_t>(lg.size()), static_cast<int64_t>(p.tokens.size()) * V);
@@ -82,11 +91,12 @@ inline void expect_logits_match_transformers(const TeacherForced& teacher_forced
       outliers += e > 5e-3 * (1 + max_ref);
       sum_err += e;
     }
-    EXPECT_LE(outliers, p.rows * 3 / 100) << p.name << ": rows beyond 5e-3 relative";
-    EXPECT_LE(sum_err / p.rows, 1e-3 * (1 + max_ref)) << p.name << ": mean row max |dlogit|";
+    EXPECT_LE(outliers, p.rows * tol.max_outlier_pct / 100) << p.name << ": rows beyond 5e-3 relative";
+    EXPECT_LE(sum_err / p.rows, tol.mean_row_err * (1 + max_ref)) << p.name << ": mean row max |dlogit|";
     int agree = 0;
     for (size_t t = 0; t < p.tokens.size(); ++t) agree += runtime::argmax(lg.data() + t * V, V) == p.argmax[t];
-    EXPECT_EQ(agree, static_cast<int>(p.tokens.size())) << p.name << ": top-1 agreement with transformers";
+    EXPECT_GE(agree, static_cast<int>(p.tokens.size() * tol.min_agree_pct / 100))
+        << p.name << ": top-1 agreement with transformers";
   }
 }
 
