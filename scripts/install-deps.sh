@@ -4,6 +4,7 @@ set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config git
       nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
       libpcre2-dev libutf8proc-dev libedit-dev libomp-dev clang libclang-rt-14-dev python3 tmux
+      libopenmpi-dev openmpi-bin  # tern under mpirun (src/dist) and its MPI tests
       libsimde-dev  # the AVX-512 kernels' SIMDe twins, tested on hosts without AVX-512 (tern_add_avx512_sources)
       chromium)  # chromium: headless browser test of tern serve's web page (tests/shell/serve_web.sh)
 missing=()

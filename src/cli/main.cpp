@@ -6,8 +6,12 @@
 #include <new>
 
 #include "cli/command.h"
+#include "core/comm.h"
 #include "core/error.h"
 #include "core/log.h"
+#ifdef TERN_MPI
+#include "dist/mpi.h"
+#endif
 
 namespace tern::cli {
 std::vector<Command>& commands() {
@@ -16,8 +20,31 @@ std::vector<Command>& commands() {
 }
 }  // namespace tern::cli
 
+namespace {
+// Commands that run across ranks (every rank runs the same command on the same input; rank 0 prints).
+bool runs_across_ranks(const std::string& name) {
+  for (const char* c : {"run", "bench", "logits", "perplexity", "info", "plan"})
+    if (name == c) return true;
+  return false;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace tern;
+#ifdef TERN_MPI
+  if (dist::launched_by_mpi()) dist::init_world(&argc, &argv);
+#endif
+  Comm& comm = world();
+  // Any error ends the whole job: under mpirun a rank that fails takes the others down (never a hang at a
+  // collective), and says which rank it was.
+  auto failed = [&](const char* what) {
+    if (comm.size() > 1) {
+      std::fprintf(stderr, "tern: error: rank %d of %d: %s\n", comm.rank(), comm.size(), what);
+      comm.abort(1);
+    }
+    std::fprintf(stderr, "tern: error: %s\n", what);
+    return 1;
+  };
   CLI::App app{"tern: inference engine for hybrid Mixture-of-Experts language models"};
   app.require_subcommand(1);
   app.fallthrough();  // global flags (-v, -q) also work after the subcommand
@@ -48,17 +75,26 @@ int main(int argc, char** argv) {
   if (verbose) log::set_level(log::Level::kDebug);
   if (quiet) log::set_level(log::Level::kError);
   try {
+    if (comm.size() > 1) {
+      for (auto& [sub, run] : runs)
+        if (sub->parsed() && !runs_across_ranks(sub->get_name()))
+          fail("tern %s does not run across ranks yet (%d ranks): run, bench, logits, perplexity, info and plan do",
+               sub->get_name().c_str(), comm.size());
+      if (comm.rank() == 0) {
+        log::info("%d ranks (%s); rank 0 prints", comm.size(), comm.name().c_str());
+      } else {  // the other ranks compute and stay quiet unless something goes wrong
+        if (!std::freopen("/dev/null", "w", stdout)) fail("rank %d: cannot silence stdout", comm.rank());
+        if (!verbose) log::set_level(log::Level::kWarn);
+      }
+    }
     for (auto& [sub, run] : runs)
       if (sub->parsed()) return run();
   } catch (const Error& e) {
-    std::fprintf(stderr, "tern: error: %s\n", e.what());
-    return 1;
+    return failed(e.what());
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "tern: error: out of memory\n");
-    return 1;
+    return failed("out of memory");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tern: error: %s\n", e.what());
-    return 1;
+    return failed(e.what());
   }
   return 1;
 }

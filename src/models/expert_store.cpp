@@ -77,7 +77,7 @@ std::vector<size_t> ExpertStore::expert_bytes_per_layer(const ExpertLayout& mode
       continue;
     }
     const ExpertMatrices x = slot_views(
-        model, {m->expert_gate(0, model.n_ff_exp), m->expert_up(0, model.n_ff_exp), m->expert_down(0, model.n_embd)},
+        model, {m->expert_gate(m->expert0, model.n_ff_exp), m->expert_up(m->expert0, model.n_ff_exp), m->expert_down(m->expert0, model.n_embd)},
         nullptr);
     out.push_back(x.gate.bytes() + x.up.bytes() + x.down.bytes());
   }

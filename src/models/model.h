@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/comm.h"
+#include "core/error.h"
 #include "formats/gguf.h"
 #include "models/dump.h"
 #include "models/sequence_state.h"
@@ -86,6 +88,13 @@ class Model : public ModelShape {
   // Where the weights, forward scratch and sequence states live and the forward runs; sequence states for this
   // model are made on it (SequenceState(model.backend(), model.state_shape(), ...)).
   virtual backend::Backend& backend() = 0;
+  // Splits the model's work across the ranks of `comm` (every rank holds the same model and calls this with the
+  // same arguments): afterwards this rank keeps only its share of the weights it splits, and forward() exchanges
+  // partial results so that every rank returns the same logits. Before repack(), once; `comm` outlives the model.
+  // An architecture that cannot split refuses more than one rank.
+  virtual void distribute(Comm& comm) {
+    if (comm.size() > 1) fail("%s: this architecture does not run across ranks yet (%d ranks)", info().arch.c_str(), comm.size());
+  }
   // Repacks the matrices in `scope` into the kernels' layout and gives back the file pages they came from. Once,
   // before start().
   virtual RepackReport repack(RepackScope scope) = 0;

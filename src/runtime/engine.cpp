@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/comm.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/parallel.h"
@@ -118,6 +119,8 @@ Engine::Engine(const EngineOptions& o) {
 
   model_ = models::load_model(o.model_path);
   const models::ModelInfo& c = model_->info();
+  Comm& comm = world();
+  if (comm.size() > 1) distribute(comm, o, budget);
   if (o.n_parallel < 0) fail("--parallel must be >= 1 or auto (got %d)", o.n_parallel);
   const int64_t checkpoints = draft_checkpoints(*model_, o.draft, o.no_spec);
   if (o.n_ctx > 0) {
@@ -128,6 +131,12 @@ Engine::Engine(const EngineOptions& o) {
     log::info("context size %lld (model trained for %lld%s)", static_cast<long long>(n_ctx_),
               static_cast<long long>(c.n_ctx_train),
               n_ctx_ < c.n_ctx_train ? (budget ? ", capped by --mem-budget" : ", capped by available memory") : "");
+  }
+
+  if (comm.size() > 1) {
+    const int64_t agreed = min_over_ranks(comm, n_ctx_);
+    if (agreed != n_ctx_) log::info("context size %lld: the smallest any rank has room for", static_cast<long long>(agreed));
+    n_ctx_ = agreed;
   }
 
   n_parallel_ = o.n_parallel;
@@ -171,7 +180,7 @@ Engine::Engine(const EngineOptions& o) {
   else log::info("memory: %s", plan_.verdict.c_str());
   if (!plan_.fits) fail("--mem-budget %s: %s", o.mem_budget.c_str(), plan_.verdict.c_str());
   if (req.repack) repack_weights(plan_.streamed);
-  else warm_pages(model_->file(), plan_);
+  else if (comm.size() == 1) warm_pages(model_->file(), plan_);  // across ranks each reads only its share, on use
 
   log::info("%s: %s, %s, %d threads, backend %s", o.model_path.c_str(), c.arch.c_str(), c.summary.c_str(),
             n_threads(), model_->backend().name().c_str());
@@ -184,6 +193,11 @@ Engine::Engine(const EngineOptions& o) {
   d.min_p = o.draft_min_p;
   d.max = o.no_spec ? 0 : (o.draft >= 0 ? o.draft : kDefaultDraft);
   d.adaptive = !o.draft_fixed;
+  if (d.adaptive && comm.size() > 1 && model_->can_draft() && d.max > 0) {
+    // The adaptive length follows each rank's own timings; the ranks must run the same forwards.
+    log::info("speculative decoding across ranks: fixed draft length (the adaptive one follows per-rank timings)");
+    d.adaptive = false;
+  }
   if (!model_->can_draft()) {
     if (o.draft > 0) log::warn("--draft %d: %s has no MTP block tern drafts with; decoding one token per forward", o.draft,
                                o.model_path.c_str());
@@ -198,6 +212,28 @@ Engine::Engine(const EngineOptions& o) {
     log::info("speculative decoding: off (%s)", o.no_spec ? "--no-spec" : "--draft 0");
   }
   decoder_ = std::make_unique<DecodeLoop>(*model_, d);
+}
+
+// Across ranks: every rank maps the same file (checked: hash of the header and tensor table, and the size) and keeps
+// its share of the weights (models/model.h Model::distribute).
+void Engine::distribute(Comm& comm, const EngineOptions& o, uint64_t budget) {
+  if (budget > 0 || o.expert_cache > 0)
+    fail("%s: streaming experts (--mem-budget, --expert-cache) is not supported across ranks yet (%d ranks; each "
+         "rank already holds only 1/%d of the routed experts)", budget > 0 ? "--mem-budget" : "--expert-cache",
+         comm.size(), comm.size());
+  const gguf::File& f = model_->file();
+  const uint64_t mine[2] = {fnv1a64(f.base(), static_cast<size_t>(f.data_offset())), f.file_size()};
+  std::vector<uint64_t> all(2 * static_cast<size_t>(comm.size()));
+  comm.allgather(mine, all.data(), std::vector<size_t>(static_cast<size_t>(comm.size()), sizeof mine));
+  for (int r = 1; r < comm.size(); ++r)
+    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
+      fail("rank %d's model file is not rank 0's (header and tensor table hash %016llx, %llu bytes; rank 0: %016llx, "
+           "%llu bytes): every rank must map the same GGUF (this rank: %s)", r,
+           static_cast<unsigned long long>(all[2 * r]), static_cast<unsigned long long>(all[2 * r + 1]),
+           static_cast<unsigned long long>(all[0]), static_cast<unsigned long long>(all[1]), o.model_path.c_str());
+  model_->distribute(comm);
+  log::info("across %d ranks (%s): routed experts, shared experts / dense FFNs and the LM head split, attention "
+            "and DeltaNet on every rank", comm.size(), comm.name().c_str());
 }
 
 // Matrices into the kernels' layout (streamed experts are repacked as they are read instead); logged once.

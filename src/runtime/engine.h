@@ -81,6 +81,7 @@ class Engine {
 
  private:
   void repack_weights(bool experts_streamed);
+  void distribute(Comm& comm, const EngineOptions& o, uint64_t budget);
   std::unique_ptr<models::Model> model_;
   int64_t n_ctx_ = 0;
   int n_parallel_ = 1;

@@ -1,13 +1,17 @@
 #include "models/blocks/moe.h"
 
+#include <algorithm>
+
 #include "core/profile.h"
 
 namespace tern::models {
 
 Linear MoeWeights::expert_gate(int64_t e, int64_t n_ff) const {
+  e -= expert0;
   return fused_gate_up ? gate_exps.rows(e * 2 * n_ff, n_ff) : gate_exps.rows(e * n_ff, n_ff);
 }
 Linear MoeWeights::expert_up(int64_t e, int64_t n_ff) const {
+  e -= expert0;
   return fused_gate_up ? gate_exps.rows(e * 2 * n_ff + n_ff, n_ff) : up_exps.rows(e * n_ff, n_ff);
 }
 
@@ -34,6 +38,11 @@ void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, Ex
   s.by_expert.resize(static_cast<size_t>(E));
   for (auto& b : s.by_expert) b.clear();
   for (int64_t i = 0; i < n_rows * K; ++i) s.by_expert[s.ids[i]].push_back(static_cast<int32_t>(i));
+  // Expert parallel: another rank runs the experts this one does not hold; their (token, slot) pairs read a zero row.
+  const bool partial = w.n_local >= 0 && w.n_local < E;
+  if (partial)
+    for (int32_t e = 0; e < E; ++e)
+      if (!w.owns(e)) s.by_expert[e].clear();
   // Resident experts first (they run while the missing ones are read), then the missing ones.
   s.order.clear();
   int64_t n_resident = 0;
@@ -48,8 +57,14 @@ void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, Ex
   // Every routed expert's output rows land in s.out at out_off; slot_row maps (token, k) to its row.
   s.tokens.resize(static_cast<size_t>(n_rows * K));
   if (static_cast<int64_t>(s.slot_row.size()) < n_rows * K) s.slot_row.resize(static_cast<size_t>(n_rows * K));
-  const bool shared = c.n_ff_shexp > 0;
-  float* out = s.out.grow<float>(be, (n_rows * K + (shared ? n_rows : 0)) * D);
+  const bool shared = c.n_ff_shexp > 0 && w.run_shared;
+  float* out = s.out.grow<float>(be, (n_rows * K + (shared ? n_rows : 0) + (partial ? 1 : 0)) * D);
+  if (partial) {
+    const int64_t zero = n_rows * K + (shared ? n_rows : 0);
+    std::fill(out + zero * D, out + (zero + 1) * D, 0.0f);
+    for (int64_t i = 0; i < n_rows * K; ++i)
+      if (!w.owns(s.ids[i])) s.slot_row[i] = static_cast<int32_t>(zero);
+  }
   int64_t row = 0;
   std::vector<backend::FfnJob> jobs;
   bool same_x = false;  // x's activations were prepared by an earlier call of this layer

@@ -34,9 +34,15 @@ struct MoeWeights {
   Linear gate_shexp, up_shexp;    // {n_embd, n_ff_shexp}; absent when n_ff_shexp == 0
   Linear down_shexp;              // {n_ff_shexp, n_embd}
   Linear shexp_gate;              // {n_embd} -> 1 output: sigmoid gate of the shared expert; absent: ungated
+  // Expert parallel (Model::distribute): the stacked matrices above hold routed experts [expert0, expert0 + n_local)
+  // only, and the shared expert runs here only if run_shared; moe_block then returns this rank's partial sum
+  // (the other experts' terms are the other ranks'). n_local < 0: every expert, one process.
+  int64_t expert0 = 0, n_local = -1;
+  bool run_shared = true;
+  bool owns(int64_t e) const { return n_local < 0 || (e >= expert0 && e < expert0 + n_local); }
   Linear expert_gate(int64_t e, int64_t n_ff) const;
   Linear expert_up(int64_t e, int64_t n_ff) const;
-  Linear expert_down(int64_t e, int64_t n_embd) const { return down_exps.rows(e * n_embd, n_embd); }
+  Linear expert_down(int64_t e, int64_t n_embd) const { return down_exps.rows((e - expert0) * n_embd, n_embd); }
 };
 
 struct ExpertMatrices {

@@ -37,8 +37,13 @@ void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
 
   be_.rms_norm(x, w.post_norm.data(), cur, n_rows, D, c_.rms_eps);
   dump_("attn_post_norm", il, cur, {n_rows, D});
-  if (c_.dense()) ffn_block(be_, w.ffn, il, cur, n_rows, mix, ffn_, dump_);
-  else moe_block(be_, moe_params_, w.moe, *experts_, il, cur, n_rows, mix, moe_, dump_);
+  if (!c_.dense()) moe_block(be_, moe_params_, w.moe, *experts_, il, cur, n_rows, mix, moe_, dump_);
+  else if (model_.owns_ffn(il)) ffn_block(be_, w.ffn, il, cur, n_rows, mix, ffn_, dump_);
+  else std::fill(mix, mix + n_rows * D, 0.0f);  // another rank runs this layer's FFN
+  if (model_.distributed()) {  // each rank holds a partial sum (its experts, and the FFN if it owns it)
+    TERN_PROFILE(prof_comm, "comm.ffn_sum", 0);
+    sum_over_ranks(*model_.comm, mix, n_rows * D, reduce_);
+  }
   be_.add(x, mix, n_rows * D);
   dump_("l_out", il, x, {n_rows, D});
 }
@@ -85,6 +90,31 @@ const std::vector<float>& Forward::head(const Linear& w, const float* norm_w, in
   dump_("result_norm", -1, rows, {n_out, D});
   const int64_t cols = vocab ? static_cast<int64_t>(vocab->size()) : V;
   float* logits = logits_dev_.grow<float>(be_, n_out * cols);
+  if (!vocab && model_.distributed()) {  // this rank's vocabulary rows; every rank's, gathered
+    const Comm& comm = *model_.comm;
+    const int R = comm.size();
+    const int64_t mine = model_.vocab.size(comm.rank());
+    if (w.n_out != mine) fail("internal: LM head has %lld rows, this rank's share is %lld", static_cast<long long>(w.n_out),
+                              static_cast<long long>(mine));
+    be_.matmul(w, rows, n_out, logits);
+    part_.resize(static_cast<size_t>(n_out * mine));
+    logits_dev_.read(part_.data(), part_.size() * sizeof(float));
+    std::vector<size_t> bytes(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) bytes[r] = static_cast<size_t>(n_out * model_.vocab.size(r)) * sizeof(float);
+    gathered_.resize(static_cast<size_t>(n_out * V));
+    {
+      TERN_PROFILE(prof_comm, "comm.logits", 0);
+      model_.comm->allgather(part_.data(), gathered_.data(), bytes);
+    }
+    logits_.resize(static_cast<size_t>(n_out * V));
+    const float* src = gathered_.data();
+    for (int r = 0; r < R; ++r) {  // rank r's block is [n_out, its rows]
+      const int64_t v0 = model_.vocab.begin(r), nv = model_.vocab.size(r);
+      for (int64_t o = 0; o < n_out; ++o, src += nv) std::copy(src, src + nv, logits_.begin() + o * V + v0);
+    }
+    dump_("result_output", -1, logits_.data(), {n_out, V});
+    return logits_;
+  }
   be_.matmul(w, rows, n_out, logits);
   dump_("result_output", -1, logits, {n_out, cols});
   logits_.resize(static_cast<size_t>(n_out * V));

@@ -53,6 +53,8 @@ class Forward {
   std::vector<float> logits_;       // host copy of the logits
   std::vector<float> hidden_;       // host copy of the kept hidden rows
   std::vector<float> sub_logits_;   // host: logits over a draft vocabulary
+  std::vector<float> reduce_;       // host: every rank's partial FFN sums (distributed)
+  std::vector<float> part_, gathered_;  // host: this rank's logits rows, every rank's (distributed)
   AttentionScratch attn_;
   DeltaNetScratch dn_;
   MoeScratch moe_;

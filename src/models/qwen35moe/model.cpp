@@ -84,6 +84,11 @@ LoadedModel::LoadedModel(std::unique_ptr<gguf::File> file, std::unique_ptr<backe
 
 StateShape LoadedModel::state_shape() const { return qwen35moe::state_shape(m_->config); }
 
+void LoadedModel::distribute(Comm& comm) {
+  if (fwd_) fail("internal: distribute after start");
+  m_->distribute(comm);
+}
+
 RepackReport LoadedModel::repack(RepackScope scope) {
   if (fwd_) fail("internal: repack after start");
   return m_->repack(scope);

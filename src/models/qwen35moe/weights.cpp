@@ -259,6 +259,39 @@ ExpertLayout Model::expert_layout() const {
   return x;
 }
 
+void Model::distribute(Comm& c) {
+  if (repack_scope != RepackScope::kNone) fail("internal: distribute after repack");
+  if (comm) fail("internal: model distributed twice");
+  comm = &c;
+  const int R = c.size(), me = c.rank();
+  vocab = Split{config.n_vocab, quant::kRepackRows, R};
+  if (R == 1) return;
+  if (!config.dense() && config.n_expert < R)
+    fail("%d ranks, but the model has %lld routed experts per layer: at most that many ranks", R,
+         static_cast<long long>(config.n_expert));
+  if (config.n_vocab < static_cast<int64_t>(quant::kRepackRows) * R)
+    fail("%d ranks: the vocabulary (%lld tokens) is too small to split", R, static_cast<long long>(config.n_vocab));
+  const int64_t v0 = vocab.begin(me), nv = vocab.size(me);
+  weights.output = weights.output.rows(v0, nv);
+  if (weights.has_mtp) {
+    if (weights.mtp.own_head) weights.mtp.head = weights.mtp.head.rows(v0, nv);
+    else weights.mtp.head = weights.output;
+  }
+  if (config.dense()) return;
+  const Split ex{config.n_expert, 1, R};
+  const int64_t e0 = ex.begin(me), ne = ex.size(me);
+  for (size_t il = 0; il < weights.layers.size(); ++il) {
+    MoeWeights& m = weights.layers[il].moe;
+    const int64_t per = (m.fused_gate_up ? 2 : 1) * config.n_ff_exp;
+    m.gate_exps = m.gate_exps.rows(e0 * per, ne * per);
+    if (m.up_exps.present()) m.up_exps = m.up_exps.rows(e0 * config.n_ff_exp, ne * config.n_ff_exp);
+    m.down_exps = m.down_exps.rows(e0 * config.n_embd, ne * config.n_embd);
+    m.expert0 = e0;
+    m.n_local = ne;
+    m.run_shared = owns_ffn(static_cast<int>(il));
+  }
+}
+
 RepackReport Model::repack(RepackScope scope) {
   if (repack_scope != RepackScope::kNone) fail("internal: model repacked twice");
   repack_scope = scope;

@@ -81,6 +81,14 @@ struct Model {
   Config config;
   Weights weights;
   RepackScope repack_scope = RepackScope::kNone;
+  // Across ranks (distribute): `comm` of this job, this rank's vocabulary rows of the LM head [vocab.begin(rank),
+  // vocab.begin(rank + 1)); routed experts and shared experts / dense FFNs are split in the layers' MoeWeights and by
+  // owns_ffn().
+  Comm* comm = nullptr;
+  Split vocab;
+  bool distributed() const { return comm && comm->size() > 1; }
+  // Whether this rank runs layer il's shared expert (or dense FFN): one rank per layer, in turn.
+  bool owns_ffn(int il) const { return !distributed() || il % comm->size() == comm->rank(); }
   std::vector<std::unique_ptr<backend::Buffer>> repacked;  // owns the repacked matrices the weights point into
   // `be`: the backend to run on (null: the CPU backend).
   static std::unique_ptr<Model> load(const std::string& path, std::unique_ptr<backend::Backend> be = nullptr);
@@ -89,6 +97,11 @@ struct Model {
   // Repacks the matrices in `scope` into backend memory, points the weights at them and gives back the file
   // pages they came from. Once per model.
   RepackReport repack(RepackScope scope);
+  // Expert- and vocabulary-parallel split across comm's ranks (models/model.h Model::distribute): layer il's routed
+  // experts in equal contiguous ranges, its shared expert / dense FFN on rank il % N, the LM head (and the MTP
+  // block's own head) by vocabulary rows in multiples of 8. Attention and DeltaNet run whole on every rank. Before
+  // repack (the slices are what gets repacked; the rest of the file is never touched).
+  void distribute(Comm& comm);
   // Whether routed experts stay on 8-row groups when sliced per expert (n_ff_exp and n_embd multiples of 8).
   bool expert_rows_grouped() const;
   // The routed experts, for an ExpertStore (models/expert_store.h).

@@ -1,0 +1,71 @@
+#include "core/comm.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace tern {
+namespace {
+
+class LocalComm : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return "local"; }
+  void allgather(const void* in, void* out, const std::vector<size_t>& bytes) override {
+    if (bytes.size() != 1) fail("internal: allgather with %zu counts on one rank", bytes.size());
+    if (in != out && bytes[0]) std::memmove(out, in, bytes[0]);
+  }
+  void broadcast(void*, size_t, int root) override {
+    if (root != 0) fail("internal: broadcast from rank %d of 1", root);
+  }
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+std::unique_ptr<Comm>& world_ptr() {
+  static std::unique_ptr<Comm> w = make_local_comm();
+  return w;
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> make_local_comm() { return std::make_unique<LocalComm>(); }
+
+Comm& world() { return *world_ptr(); }
+void set_world(std::unique_ptr<Comm> comm) { world_ptr() = std::move(comm); }
+
+void sum_over_ranks(Comm& comm, float* x, int64_t n, std::vector<float>& scratch) {
+  const int R = comm.size();
+  if (R == 1 || n == 0) return;
+  scratch.resize(static_cast<size_t>(R * n));
+  comm.allgather(x, scratch.data(), std::vector<size_t>(static_cast<size_t>(R), static_cast<size_t>(n) * sizeof(float)));
+  for (int64_t i = 0; i < n; ++i) {
+    float s = scratch[static_cast<size_t>(i)];
+    for (int r = 1; r < R; ++r) s += scratch[static_cast<size_t>(r * n + i)];
+    x[i] = s;
+  }
+}
+
+int64_t min_over_ranks(Comm& comm, int64_t v) {
+  if (comm.size() == 1) return v;
+  std::vector<int64_t> all(static_cast<size_t>(comm.size()));
+  comm.allgather(&v, all.data(), std::vector<size_t>(all.size(), sizeof v));
+  return *std::min_element(all.begin(), all.end());
+}
+
+uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+int64_t Split::begin(int r) const {
+  if (r >= parts) return n;
+  const int64_t units = (n + align - 1) / align;  // shares are counted in aligned units
+  return std::min(n, units * r / parts * align);
+}
+
+}  // namespace tern
