@@ -62,6 +62,43 @@ uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
   return h;
 }
 
+int64_t ColumnLayout::local(int r) const {
+  int64_t n = 0;
+  for (const auto& b : blocks[static_cast<size_t>(r)]) n += b.second;
+  return n;
+}
+
+ColumnLayout ColumnLayout::contiguous(int64_t total, int64_t align, int ranks) {
+  const Split s{total, align, ranks};
+  ColumnLayout l;
+  l.total = total;
+  for (int r = 0; r < ranks; ++r) l.blocks.push_back({{s.begin(r), s.size(r)}});
+  return l;
+}
+
+void gather_columns(Comm& comm, const ColumnLayout& layout, const float* mine, int64_t n_rows, float* out,
+                    std::vector<float>& scratch) {
+  const int R = comm.size();
+  if (static_cast<int>(layout.blocks.size()) != R)
+    fail("internal: a column layout for %zu ranks on %d", layout.blocks.size(), R);
+  std::vector<size_t> bytes(static_cast<size_t>(R));
+  size_t all = 0;
+  for (int r = 0; r < R; ++r) all += bytes[r] = static_cast<size_t>(n_rows * layout.local(r)) * sizeof(float);
+  scratch.resize(all / sizeof(float));
+  comm.allgather(mine, scratch.data(), bytes);
+  const float* src = scratch.data();
+  for (int r = 0; r < R; ++r) {
+    const int64_t w = layout.local(r);
+    for (int64_t row = 0; row < n_rows; ++row, src += w) {
+      const float* s = src;
+      for (const auto& [c0, n] : layout.blocks[static_cast<size_t>(r)]) {
+        std::copy(s, s + n, out + row * layout.total + c0);
+        s += n;
+      }
+    }
+  }
+}
+
 int64_t Split::begin(int r) const {
   if (r >= parts) return n;
   const int64_t units = (n + align - 1) / align;  // shares are counted in aligned units

@@ -49,6 +49,20 @@ std::unique_ptr<Comm> make_local_comm();
 // drift apart). `scratch` is reused. One rank: x unchanged.
 void sum_over_ranks(Comm& comm, float* x, int64_t n, std::vector<float>& scratch);
 
+// Which columns of a row-major [n_rows, total] matrix each rank holds: rank r holds the column runs blocks[r]
+// (first global column, width), side by side in that order in its own [n_rows, local(r)] rows.
+struct ColumnLayout {
+  int64_t total = 0;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> blocks;  // [rank] -> runs
+  int64_t local(int r) const;
+  // Equal contiguous shares of `total` columns (Split with `align`), one run per rank.
+  static ColumnLayout contiguous(int64_t total, int64_t align, int ranks);
+};
+// Every rank's columns of [n_rows, total] into `out` on every rank (this rank sends `mine`, [n_rows, local(rank)]).
+// Exact: values are moved, not combined.
+void gather_columns(Comm& comm, const ColumnLayout& layout, const float* mine, int64_t n_rows, float* out,
+                    std::vector<float>& scratch);
+
 // The smallest of every rank's `v` (the same on every rank): settings each rank chose from its own machine (context
 // size from free memory) agree before they shape the work.
 int64_t min_over_ranks(Comm& comm, int64_t v);

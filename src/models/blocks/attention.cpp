@@ -9,7 +9,7 @@ namespace tern::models {
 
 void attention_block(backend::Backend& be, const AttentionParams& c, const AttentionWeights& w, int layer,
                      const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
-                     AttentionScratch& s, const TensorDump& dump) {
+                     AttentionScratch& s, const TensorDump& dump, const TensorSplit* split) {
   const int64_t hd = c.head_dim, q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
   float* qg = s.qg.grow<float>(be, n_rows * 2 * q_dim);
   float* k = s.k.grow<float>(be, n_rows * kv_dim);
@@ -50,7 +50,7 @@ void attention_block(backend::Backend& be, const AttentionParams& c, const Atten
   dump("attn_gated", layer, out, {n_rows, q_dim});
   prof_core.done();
   TERN_PROFILE(prof_out, "attn.out", w.wo.bytes());
-  be.matmul(w.wo, out, n_rows, y);
+  project_out(be, w.wo, split, out, n_rows, y, s.split);
   dump("attn_output", layer, y, {n_rows, c.n_embd});
 }
 

@@ -6,6 +6,7 @@
 #include "models/blocks/batch.h"
 #include "models/dump.h"
 #include "models/blocks/linear.h"
+#include "models/blocks/tensor_split.h"
 
 namespace tern::models {
 
@@ -26,12 +27,14 @@ struct AttentionWeights {
 
 struct AttentionScratch {
   Scratch qg, k, v, q, gate, out;
+  TensorSplitScratch split;
   std::vector<int32_t> pos;  // host: positions of one segment
 };
 
-// x, y: [n_rows, n_embd]; y is overwritten with the block output (before the residual add).
+// x, y: [n_rows, n_embd]; y is overwritten with the block output (before the residual add). `split`: this rank
+// runs the heads of `c` (its share) and wo holds its rows (tensor_split.h); null: one process.
 void attention_block(backend::Backend& be, const AttentionParams& c, const AttentionWeights& w, int layer,
                      const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
-                     AttentionScratch& s, const TensorDump& dump);
+                     AttentionScratch& s, const TensorDump& dump, const TensorSplit* split = nullptr);
 
 }  // namespace tern::models

@@ -7,7 +7,7 @@ namespace tern::models {
 
 void deltanet_block(backend::Backend& be, const DeltaNetParams& c, const DeltaNetWeights& w, int layer,
                     const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
-                    DeltaNetScratch& s, const TensorDump& dump) {
+                    DeltaNetScratch& s, const TensorDump& dump, const TensorSplit* split) {
   const int64_t conv_dim = c.conv_dim(), vdim = c.value_dim(), hv = c.n_v_heads;
   const int64_t key_dim = c.n_k_heads * c.head_k_dim;
   float* qkv = s.qkv.grow<float>(be, n_rows * conv_dim);  // [n_rows, conv_dim] pre-conv
@@ -80,7 +80,7 @@ void deltanet_block(backend::Backend& be, const DeltaNetParams& c, const DeltaNe
   dump("final_output", layer, o, {n_rows, vdim});
   prof_core.done();
   TERN_PROFILE(prof_out, "deltanet.out", w.wout.bytes());
-  be.matmul(w.wout, o, n_rows, y);
+  project_out(be, w.wout, split, o, n_rows, y, s.split);
   dump("linear_attn_out", layer, y, {n_rows, c.n_embd});
 }
 

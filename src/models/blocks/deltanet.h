@@ -7,6 +7,7 @@
 #include "models/blocks/batch.h"
 #include "models/dump.h"
 #include "models/blocks/linear.h"
+#include "models/blocks/tensor_split.h"
 
 namespace tern::models {
 
@@ -37,10 +38,12 @@ struct DeltaNetWeights {
 
 struct DeltaNetScratch {
   Scratch qkv, u, z, beta, g, o, ba;
+  TensorSplitScratch split;
 };
 
 void deltanet_block(backend::Backend& be, const DeltaNetParams& c, const DeltaNetWeights& w, int layer,
                     const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
-                    DeltaNetScratch& s, const TensorDump& dump);
+                    DeltaNetScratch& s, const TensorDump& dump, const TensorSplit* split = nullptr);
+// `split`: this rank runs the heads of `c` (its share) and wout holds its rows (tensor_split.h); null: one process.
 
 }  // namespace tern::models

@@ -7,6 +7,7 @@
 #include "core/parallel.h"
 #include "core/profile.h"
 #include "models/batch_io.h"
+#include "quant/repack.h"
 
 namespace tern::models::qwen35moe {
 
@@ -30,8 +31,10 @@ void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
 
   be_.rms_norm(x, w.attn_norm.data(), cur, n_rows, D, c_.rms_eps);
   dump_("attn_norm", il, cur, {n_rows, D});
-  if (w.kind == LayerKind::kAttention) attention_block(be_, attn_params_, w.attn, il, segs, cur, n_rows, mix, attn_, dump_);
-  else deltanet_block(be_, dn_params_, w.dn, il, segs, cur, n_rows, mix, dn_, dump_);
+  const TensorSplit* as = model_.attn_split.comm ? &model_.attn_split : nullptr;
+  const TensorSplit* ds = model_.dn_split.comm ? &model_.dn_split : nullptr;
+  if (w.kind == LayerKind::kAttention) attention_block(be_, attn_params_, w.attn, il, segs, cur, n_rows, mix, attn_, dump_, as);
+  else deltanet_block(be_, dn_params_, w.dn, il, segs, cur, n_rows, mix, dn_, dump_, ds);
   be_.add(x, mix, n_rows * D);
   dump_("attn_residual", il, x, {n_rows, D});
 
@@ -99,19 +102,11 @@ const std::vector<float>& Forward::head(const Linear& w, const float* norm_w, in
     be_.matmul(w, rows, n_out, logits);
     part_.resize(static_cast<size_t>(n_out * mine));
     logits_dev_.read(part_.data(), part_.size() * sizeof(float));
-    std::vector<size_t> bytes(static_cast<size_t>(R));
-    for (int r = 0; r < R; ++r) bytes[r] = static_cast<size_t>(n_out * model_.vocab.size(r)) * sizeof(float);
-    gathered_.resize(static_cast<size_t>(n_out * V));
-    {
-      TERN_PROFILE(prof_comm, "comm.logits", 0);
-      model_.comm->allgather(part_.data(), gathered_.data(), bytes);
-    }
     logits_.resize(static_cast<size_t>(n_out * V));
-    const float* src = gathered_.data();
-    for (int r = 0; r < R; ++r) {  // rank r's block is [n_out, its rows]
-      const int64_t v0 = model_.vocab.begin(r), nv = model_.vocab.size(r);
-      for (int64_t o = 0; o < n_out; ++o, src += nv) std::copy(src, src + nv, logits_.begin() + o * V + v0);
-    }
+    TERN_PROFILE(prof_comm, "comm.logits", 0);
+    gather_columns(*model_.comm, ColumnLayout::contiguous(V, quant::kRepackRows, R), part_.data(), n_out, logits_.data(),
+                   gathered_);
+    prof_comm.done();
     dump_("result_output", -1, logits_.data(), {n_out, V});
     return logits_;
   }

@@ -259,6 +259,111 @@ ExpertLayout Model::expert_layout() const {
   return x;
 }
 
+namespace {
+
+using Runs = std::vector<std::pair<int64_t, int64_t>>;  // (first, count)
+
+// Rows `runs` of w (file layout), side by side in that order: a view when they are one run, else a copy of its own.
+Linear take_rows(backend::Backend& be, const Linear& w, const Runs& runs, std::vector<std::shared_ptr<backend::Buffer>>& owned) {
+  if (!w.present()) return w;
+  if (runs.size() == 1) return w.rows(runs[0].first, runs[0].second);
+  int64_t n = 0;
+  for (const auto& r : runs) n += r.second;
+  std::shared_ptr<backend::Buffer> buf = be.alloc(backend::BufferKind::kWeights, static_cast<size_t>(n) * w.row_bytes);
+  size_t off = 0;
+  for (const auto& [r0, k] : runs) {
+    buf->write(off, w.data + static_cast<size_t>(r0) * w.row_bytes, static_cast<size_t>(k) * w.row_bytes);
+    off += static_cast<size_t>(k) * w.row_bytes;
+  }
+  Linear out = w;
+  out.data = buf->data();
+  out.n_out = n;
+  owned.push_back(std::move(buf));
+  return out;
+}
+
+// Elements [first * unit, (first + count) * unit) of each run of f, side by side.
+backend::Floats take(backend::Backend& be, const backend::Floats& f, const Runs& runs, int64_t unit) {
+  const std::vector<float> h = f.to_host();
+  std::vector<float> out;
+  for (const auto& [r0, k] : runs) out.insert(out.end(), h.begin() + r0 * unit, h.begin() + (r0 + k) * unit);
+  return backend::Floats(be, out);
+}
+
+Runs scaled(const Runs& runs, int64_t unit, int64_t offset = 0) {
+  Runs out;
+  for (const auto& [r0, k] : runs) out.push_back({offset + r0 * unit, k * unit});
+  return out;
+}
+
+// Value heads that go with key heads [k0, k0 + nk), in the order the block then runs them, as runs of heads:
+// grouped (value head p uses key head p / r) a range; tiled (p uses p % n_k) r runs, j-major, so that local head
+// j * nk + i uses local key head i, as the tiled order wants.
+Runs value_heads(int64_t k0, int64_t nk, int64_t n_k, int64_t r, bool grouped) {
+  if (grouped) return {{k0 * r, nk * r}};
+  Runs out;
+  for (int64_t j = 0; j < r; ++j) out.push_back({j * n_k + k0, nk});
+  return out;
+}
+
+}  // namespace
+
+void Model::split_heads(Comm& c) {
+  const int R = c.size(), me = c.rank();
+  const ColumnLayout rows = ColumnLayout::contiguous(config.n_embd, quant::kRepackRows, R);
+  const Split embd{config.n_embd, quant::kRepackRows, R};
+  const int64_t e0 = embd.begin(me), ne = embd.size(me);
+  const int64_t hd = config.head_dim;
+  // Gated attention: KV heads (each with its query heads) split when every rank gets one.
+  if (config.n_head_kv >= R) {
+    const Split kv{config.n_head_kv, 1, R};
+    const int64_t G = config.n_head / config.n_head_kv, k0 = kv.begin(me), nk = kv.size(me);
+    attn_split.comm = &c;
+    attn_split.rows = rows;
+    attn_split.heads.total = config.n_head * hd;
+    for (int r = 0; r < R; ++r) attn_split.heads.blocks.push_back({{kv.begin(r) * G * hd, kv.size(r) * G * hd}});
+    for (LayerWeights& l : weights.layers) {
+      if (l.kind != LayerKind::kAttention) continue;
+      l.attn.wq = l.attn.wq.rows(k0 * G * 2 * hd, nk * G * 2 * hd);  // per query head: its query rows, then its gate rows
+      l.attn.wk = l.attn.wk.rows(k0 * hd, nk * hd);
+      l.attn.wv = l.attn.wv.rows(k0 * hd, nk * hd);
+      l.attn.wo = l.attn.wo.rows(e0, ne);
+    }
+    config.n_head = nk * G;
+    config.n_head_kv = nk;
+  }
+  // Gated DeltaNet: key heads (each with its value heads) split when every rank gets one.
+  if (config.n_k_heads >= R) {
+    const Split ks{config.n_k_heads, 1, R};
+    const int64_t nK = config.n_k_heads, rv = config.n_v_heads / nK, dk = config.head_k_dim, dv = config.head_v_dim;
+    const bool grouped = config.deltanet().grouped_v_heads;
+    const int64_t k0 = ks.begin(me), nk = ks.size(me), key_dim = nK * dk;
+    const Runs vh = value_heads(k0, nk, nK, rv, grouped);
+    dn_split.comm = &c;
+    dn_split.rows = rows;
+    dn_split.heads.total = config.value_dim();
+    for (int r = 0; r < R; ++r) dn_split.heads.blocks.push_back(scaled(value_heads(ks.begin(r), ks.size(r), nK, rv, grouped), dv));
+    // Channels of the q | k | v projection (and of the conv taps): this rank's key heads' q and k, its value heads' v.
+    Runs ch = {{k0 * dk, nk * dk}, {key_dim + k0 * dk, nk * dk}};
+    for (const auto& run : scaled(vh, dv, 2 * key_dim)) ch.push_back(run);
+    for (LayerWeights& l : weights.layers) {
+      if (l.kind != LayerKind::kRecurrent) continue;
+      DeltaNetWeights& d = l.dn;
+      d.wqkv = take_rows(*backend, d.wqkv, ch, weights.owned);
+      d.conv = take(*backend, d.conv, ch, config.conv_kernel);
+      d.wgate = take_rows(*backend, d.wgate, scaled(vh, dv), weights.owned);
+      d.wba = take_rows(*backend, d.wba, {{k0 * 2 * rv, nk * 2 * rv}}, weights.owned);  // per key head: beta rows, alpha rows
+      d.wbeta = take_rows(*backend, d.wbeta, vh, weights.owned);
+      d.walpha = take_rows(*backend, d.walpha, vh, weights.owned);
+      d.dt_bias = take(*backend, d.dt_bias, vh, 1);
+      d.a = take(*backend, d.a, vh, 1);
+      d.wout = d.wout.rows(e0, ne);
+    }
+    config.n_k_heads = nk;
+    config.n_v_heads = nk * rv;
+  }
+}
+
 void Model::distribute(Comm& c) {
   if (repack_scope != RepackScope::kNone) fail("internal: distribute after repack");
   if (comm) fail("internal: model distributed twice");
@@ -271,6 +376,12 @@ void Model::distribute(Comm& c) {
          static_cast<long long>(config.n_expert));
   if (config.n_vocab < static_cast<int64_t>(quant::kRepackRows) * R)
     fail("%d ranks: the vocabulary (%lld tokens) is too small to split", R, static_cast<long long>(config.n_vocab));
+  const bool attn = config.n_head_kv >= R, dn = config.n_k_heads >= R;
+  const int64_t n_kv = config.n_head_kv, n_k = config.n_k_heads;
+  split_heads(c);
+  log::info("across %d ranks: attention %s, DeltaNet %s; routed experts, shared experts / dense FFNs and LM head rows "
+            "split", R, attn ? "heads split" : strf("whole on every rank (%lld KV heads)", static_cast<long long>(n_kv)).c_str(),
+            dn ? "heads split" : strf("whole on every rank (%lld key heads)", static_cast<long long>(n_k)).c_str());
   const int64_t v0 = vocab.begin(me), nv = vocab.size(me);
   weights.output = weights.output.rows(v0, nv);
   if (weights.has_mtp) {

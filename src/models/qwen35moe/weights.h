@@ -14,6 +14,7 @@
 #include "models/blocks/ffn.h"
 #include "models/blocks/linear.h"
 #include "models/blocks/moe.h"
+#include "models/blocks/tensor_split.h"
 #include "models/expert_store.h"
 #include "models/model.h"
 #include "models/qwen35moe/config.h"
@@ -86,6 +87,7 @@ struct Model {
   // owns_ffn().
   Comm* comm = nullptr;
   Split vocab;
+  TensorSplit attn_split, dn_split;  // heads split across ranks (comm null: each rank runs the block whole)
   bool distributed() const { return comm && comm->size() > 1; }
   // Whether this rank runs layer il's shared expert (or dense FFN): one rank per layer, in turn.
   bool owns_ffn(int il) const { return !distributed() || il % comm->size() == comm->rank(); }
@@ -102,6 +104,10 @@ struct Model {
   // block's own head) by vocabulary rows in multiples of 8. Attention and DeltaNet run whole on every rank. Before
   // repack (the slices are what gets repacked; the rest of the file is never touched).
   void distribute(Comm& comm);
+  // The head-parallel part of distribute: attention KV heads (with their query heads) and DeltaNet key heads (with
+  // their value heads) split when each rank gets at least one; the out projections by rows (blocks/tensor_split.h).
+  // config's head counts become this rank's, so the blocks, the state shape and the buffers follow.
+  void split_heads(Comm& comm);
   // Whether routed experts stay on 8-row groups when sliced per expert (n_ff_exp and n_embd multiples of 8).
   bool expert_rows_grouped() const;
   // The routed experts, for an ExpertStore (models/expert_store.h).

@@ -1,0 +1,25 @@
+#include "models/blocks/tensor_split.h"
+
+#include "core/profile.h"
+
+namespace tern::models {
+
+void project_out(backend::Backend& be, const Linear& w, const TensorSplit* split, const float* x, int64_t n_rows, float* y,
+                 TensorSplitScratch& s) {
+  if (!split) {
+    be.matmul(w, x, n_rows, y);
+    return;
+  }
+  Comm& comm = *split->comm;
+  s.in.resize(static_cast<size_t>(n_rows * split->heads.total));
+  {
+    TERN_PROFILE(prof, "comm.heads", 0);
+    gather_columns(comm, split->heads, x, n_rows, s.in.data(), s.gather);
+  }
+  s.out.resize(static_cast<size_t>(n_rows * w.n_out));
+  be.matmul(w, s.in.data(), n_rows, s.out.data());
+  TERN_PROFILE(prof, "comm.rows", 0);
+  gather_columns(comm, split->rows, s.out.data(), n_rows, y, s.gather);
+}
+
+}  // namespace tern::models

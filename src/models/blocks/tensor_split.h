@@ -1,0 +1,29 @@
+// Tensor parallelism for a block whose heads are split across ranks (Model::distribute): each rank computes its
+// heads' pre-projection activations; the out projection's input is gathered from every rank (in the global column
+// order) and its output rows are split, so each rank reads 1/N of the projection and the result is gathered. Values
+// are moved, never summed in a new order: the block's output has the bits of one process.
+#pragma once
+#include <vector>
+
+#include "core/comm.h"
+#include "models/blocks/batch.h"
+#include "models/blocks/linear.h"
+
+namespace tern::models {
+
+struct TensorSplit {
+  Comm* comm = nullptr;
+  ColumnLayout heads;  // the projection's input columns (head_dim per head) each rank computes
+  ColumnLayout rows;   // the projection's output columns (its rows) each rank holds
+};
+
+struct TensorSplitScratch {
+  std::vector<float> in, out, gather;  // host: the gathered input, this rank's output columns, the allgather buffer
+};
+
+// y [n_rows, w.n_out or rows.total] = w x. `split` null: one matmul (x is the whole input). Else x holds this rank's
+// heads [n_rows, heads.local(rank)] and w this rank's rows.
+void project_out(backend::Backend& be, const Linear& w, const TensorSplit* split, const float* x, int64_t n_rows, float* y,
+                 TensorSplitScratch& s);
+
+}  // namespace tern::models
