@@ -37,8 +37,8 @@ using models::SequenceState;
 namespace {
 
 const fs::path kModels = fs::path(TERN_FIXTURES_DIR) / "models";
-// The bundled model: 2 KV heads and 2 DeltaNet key heads, so with 2 ranks both mixers split their heads (the
-// fixtures have one KV head: their attention runs whole on every rank).
+// The bundled model: 2 KV heads and 2 DeltaNet key heads, so with 2 ranks each takes whole head groups (the fixtures'
+// one KV head is shared at 2 ranks, each taking half of its query heads; at 3 ranks their attention runs whole).
 const fs::path kBundled = fs::path(TERN_FIXTURES_DIR) / ".." / ".." / "models" / "tern-tiny-q35moe.gguf";
 
 // Whether every rank holds the same bytes.
@@ -181,7 +181,9 @@ std::vector<Case> cases() {
   cs.push_back({"q35-ratio", "q35-ratio.q4_k_m.gguf", RepackScope::kAll, "q4_k_m"});
   cs.push_back({"q35-ratio", "q35-ratio.q4_0.gguf", RepackScope::kAll, "q4_0"});
   cs.push_back({"q35-mtp", "q35-mtp.bf16.gguf", RepackScope::kAll});
-  cs.push_back({"next-tiny", "next-tiny.f16.gguf", RepackScope::kAll});  // qwen3next: grouped value heads, fused beta/alpha
+  cs.push_back({"next-tiny", "next-tiny.f16.gguf", RepackScope::kAll});
+  // The 2.4T shape: 512 experts top-10, one DeltaNet key head (at 2 ranks each takes half of its value heads).
+  cs.push_back({"q24t-shape", "q24t-shape.f16.gguf", RepackScope::kAll});  // qwen3next: grouped value heads, fused beta/alpha
   cs.push_back({"", "tern-tiny-q35moe.gguf", RepackScope::kAll});
   cs.push_back({"", "tern-tiny-q35moe.gguf", RepackScope::kNone});
   return cs;

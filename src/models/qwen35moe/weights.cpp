@@ -1,5 +1,6 @@
 #include "models/qwen35moe/weights.h"
 
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -296,13 +297,34 @@ Runs scaled(const Runs& runs, int64_t unit, int64_t offset = 0) {
   return out;
 }
 
-// Value heads that go with key heads [k0, k0 + nk), in the order the block then runs them, as runs of heads:
-// grouped (value head p uses key head p / r) a range; tiled (p uses p % n_k) r runs, j-major, so that local head
-// j * nk + i uses local key head i, as the tiled order wants.
-Runs value_heads(int64_t k0, int64_t nk, int64_t n_k, int64_t r, bool grouped) {
-  if (grouped) return {{k0 * r, nk * r}};
+// A rank's heads of a block whose heads come in groups (attention: the query heads of a KV head; DeltaNet: the value
+// heads of a key head): key heads [k0, k0 + nk) and, of each, sub-heads [s0, s0 + ns) of its `per`. Whole groups
+// when there are at least as many key heads as ranks; else each key head is shared by R / n_key ranks (its K/V or
+// q/k computed by each of them), which take equal shares of its sub-heads. None: the block runs whole on every rank.
+struct HeadShare {
+  int64_t k0 = 0, nk = 0, s0 = 0, ns = 0;
+};
+std::optional<HeadShare> head_share(int64_t n_key, int64_t per, int R, int r) {
+  if (n_key >= R) {
+    const Split k{n_key, 1, R};
+    return HeadShare{k.begin(r), k.size(r), 0, per};
+  }
+  const int64_t m = R / n_key;
+  if (R % n_key != 0 || per % m != 0) return std::nullopt;
+  return HeadShare{r / m, 1, (r % m) * (per / m), per / m};
+}
+
+// Sub-head runs (global head indices) of a share, in the order the block runs them locally. Attention (query heads
+// grouped by KV head, h uses h / per) and grouped DeltaNet value heads: key-major. Tiled DeltaNet value heads (p uses
+// key head p % n_key): sub-head-major, so that local head j * nk + i uses local key head i.
+Runs sub_heads(const HeadShare& h, int64_t n_key, int64_t per, bool tiled) {
   Runs out;
-  for (int64_t j = 0; j < r; ++j) out.push_back({j * n_k + k0, nk});
+  if (!tiled) {
+    for (int64_t k = h.k0; k < h.k0 + h.nk; ++k) out.push_back({k * per + h.s0, h.ns});
+    if (h.ns == per) out = {{h.k0 * per, h.nk * per}};  // whole groups: one run
+  } else {
+    for (int64_t j = h.s0; j < h.s0 + h.ns; ++j) out.push_back({j * n_key + h.k0, h.nk});
+  }
   return out;
 }
 
@@ -314,53 +336,58 @@ void Model::split_heads(Comm& c) {
   const Split embd{config.n_embd, quant::kRepackRows, R};
   const int64_t e0 = embd.begin(me), ne = embd.size(me);
   const int64_t hd = config.head_dim;
-  // Gated attention: KV heads (each with its query heads) split when every rank gets one.
-  if (config.n_head_kv >= R) {
-    const Split kv{config.n_head_kv, 1, R};
-    const int64_t G = config.n_head / config.n_head_kv, k0 = kv.begin(me), nk = kv.size(me);
+  // Gated attention: KV heads with their query heads.
+  const int64_t G = config.n_head / config.n_head_kv;
+  if (const auto mine = head_share(config.n_head_kv, G, R, me)) {
+    const Runs q = sub_heads(*mine, config.n_head_kv, G, false);
     attn_split.comm = &c;
     attn_split.rows = rows;
     attn_split.heads.total = config.n_head * hd;
-    for (int r = 0; r < R; ++r) attn_split.heads.blocks.push_back({{kv.begin(r) * G * hd, kv.size(r) * G * hd}});
+    for (int r = 0; r < R; ++r)
+      attn_split.heads.blocks.push_back(scaled(sub_heads(*head_share(config.n_head_kv, G, R, r), config.n_head_kv, G, false), hd));
     for (LayerWeights& l : weights.layers) {
       if (l.kind != LayerKind::kAttention) continue;
-      l.attn.wq = l.attn.wq.rows(k0 * G * 2 * hd, nk * G * 2 * hd);  // per query head: its query rows, then its gate rows
-      l.attn.wk = l.attn.wk.rows(k0 * hd, nk * hd);
-      l.attn.wv = l.attn.wv.rows(k0 * hd, nk * hd);
+      l.attn.wq = take_rows(*backend, l.attn.wq, scaled(q, 2 * hd), weights.owned);  // per query head: query rows, gate rows
+      l.attn.wk = l.attn.wk.rows(mine->k0 * hd, mine->nk * hd);
+      l.attn.wv = l.attn.wv.rows(mine->k0 * hd, mine->nk * hd);
       l.attn.wo = l.attn.wo.rows(e0, ne);
     }
-    config.n_head = nk * G;
-    config.n_head_kv = nk;
+    config.n_head = mine->nk * mine->ns;
+    config.n_head_kv = mine->nk;
   }
-  // Gated DeltaNet: key heads (each with its value heads) split when every rank gets one.
-  if (config.n_k_heads >= R) {
-    const Split ks{config.n_k_heads, 1, R};
-    const int64_t nK = config.n_k_heads, rv = config.n_v_heads / nK, dk = config.head_k_dim, dv = config.head_v_dim;
-    const bool grouped = config.deltanet().grouped_v_heads;
-    const int64_t k0 = ks.begin(me), nk = ks.size(me), key_dim = nK * dk;
-    const Runs vh = value_heads(k0, nk, nK, rv, grouped);
+  // Gated DeltaNet: key heads with their value heads.
+  const int64_t nK = config.n_k_heads, rv = config.n_v_heads / nK, dk = config.head_k_dim, dv = config.head_v_dim;
+  const bool tiled = !config.deltanet().grouped_v_heads;
+  if (const auto mine = head_share(nK, rv, R, me)) {
+    const int64_t key_dim = nK * dk;
+    const Runs vh = sub_heads(*mine, nK, rv, tiled);
     dn_split.comm = &c;
     dn_split.rows = rows;
     dn_split.heads.total = config.value_dim();
-    for (int r = 0; r < R; ++r) dn_split.heads.blocks.push_back(scaled(value_heads(ks.begin(r), ks.size(r), nK, rv, grouped), dv));
+    for (int r = 0; r < R; ++r) dn_split.heads.blocks.push_back(scaled(sub_heads(*head_share(nK, rv, R, r), nK, rv, tiled), dv));
     // Channels of the q | k | v projection (and of the conv taps): this rank's key heads' q and k, its value heads' v.
-    Runs ch = {{k0 * dk, nk * dk}, {key_dim + k0 * dk, nk * dk}};
+    Runs ch = {{mine->k0 * dk, mine->nk * dk}, {key_dim + mine->k0 * dk, mine->nk * dk}};
     for (const auto& run : scaled(vh, dv, 2 * key_dim)) ch.push_back(run);
+    Runs ba;  // fused beta/alpha, per key head: its beta rows, then its alpha rows
+    for (int64_t k = mine->k0; k < mine->k0 + mine->nk; ++k) {
+      ba.push_back({k * 2 * rv + mine->s0, mine->ns});
+      ba.push_back({k * 2 * rv + rv + mine->s0, mine->ns});
+    }
     for (LayerWeights& l : weights.layers) {
       if (l.kind != LayerKind::kRecurrent) continue;
       DeltaNetWeights& d = l.dn;
       d.wqkv = take_rows(*backend, d.wqkv, ch, weights.owned);
       d.conv = take(*backend, d.conv, ch, config.conv_kernel);
       d.wgate = take_rows(*backend, d.wgate, scaled(vh, dv), weights.owned);
-      d.wba = take_rows(*backend, d.wba, {{k0 * 2 * rv, nk * 2 * rv}}, weights.owned);  // per key head: beta rows, alpha rows
+      d.wba = take_rows(*backend, d.wba, ba, weights.owned);
       d.wbeta = take_rows(*backend, d.wbeta, vh, weights.owned);
       d.walpha = take_rows(*backend, d.walpha, vh, weights.owned);
       d.dt_bias = take(*backend, d.dt_bias, vh, 1);
       d.a = take(*backend, d.a, vh, 1);
       d.wout = d.wout.rows(e0, ne);
     }
-    config.n_k_heads = nk;
-    config.n_v_heads = nk * rv;
+    config.n_k_heads = mine->nk;
+    config.n_v_heads = mine->nk * mine->ns;
   }
 }
 
@@ -376,12 +403,14 @@ void Model::distribute(Comm& c) {
          static_cast<long long>(config.n_expert));
   if (config.n_vocab < static_cast<int64_t>(quant::kRepackRows) * R)
     fail("%d ranks: the vocabulary (%lld tokens) is too small to split", R, static_cast<long long>(config.n_vocab));
-  const bool attn = config.n_head_kv >= R, dn = config.n_k_heads >= R;
   const int64_t n_kv = config.n_head_kv, n_k = config.n_k_heads;
   split_heads(c);
+  auto how = [&](bool split, int64_t heads, const char* what) {
+    return split ? std::string("heads split") : strf("whole on every rank (%lld %s heads do not share out over %d ranks)",
+                                                     static_cast<long long>(heads), what, R);
+  };
   log::info("across %d ranks: attention %s, DeltaNet %s; routed experts, shared experts / dense FFNs and LM head rows "
-            "split", R, attn ? "heads split" : strf("whole on every rank (%lld KV heads)", static_cast<long long>(n_kv)).c_str(),
-            dn ? "heads split" : strf("whole on every rank (%lld key heads)", static_cast<long long>(n_k)).c_str());
+            "split", R, how(attn_split.comm != nullptr, n_kv, "KV").c_str(), how(dn_split.comm != nullptr, n_k, "key").c_str());
   const int64_t v0 = vocab.begin(me), nv = vocab.size(me);
   weights.output = weights.output.rows(v0, nv);
   if (weights.has_mtp) {
