@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -124,6 +125,8 @@ struct FfnJob {
   int64_t out_off = 0;              // first row of this job's output in `out`
 };
 
+using FfnMid = std::function<const float*(const float* h, int64_t h_rows, int64_t F, int64_t* F_down)>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -154,8 +157,11 @@ class Backend {
   // out[(out_off + r) * D ..]. Each output row depends only on its own input row and the job's matrices.
   // `same_x`: x holds the same rows as in the previous call (what the backend prepared from them may be reused:
   // the experts of one layer streamed one at a time).
+  // `mid` (tensor-parallel experts, optional): the jobs' gate/up hold a share of each expert's rows, down all of its
+  // inputs. Between the halves, mid(h, h_rows, F, &F_down) gets the SwiGLU rows h [h_rows, F] (F: the jobs' common
+  // gate width) and returns the rows down reads, [h_rows, F_down] (every rank's columns gathered).
   virtual void swiglu_ffns(const std::vector<FfnJob>& jobs, const float* x, int64_t n_rows, int64_t D, float* out,
-                           bool same_x) = 0;
+                           bool same_x, const FfnMid& mid = {}) = 0;
 
   // ---- norms and elementwise
   virtual void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) = 0;

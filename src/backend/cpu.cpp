@@ -146,7 +146,7 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < n_tok; ++i) quant::dequantize_row(t.type, t.data + t.row_bytes * ids[i], out + i * t.n_in, t.n_in);
   }
   void swiglu_ffns(const std::vector<FfnJob>& jobs, const float* x, int64_t n_rows, int64_t D, float* out,
-                   bool same_x) override;
+                   bool same_x, const FfnMid& mid) override;
 
   void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) override {
     ops::rms_norm(x, w, y, n_rows, n, eps);
@@ -333,7 +333,7 @@ int64_t chunks(int64_t n) { return (n + kRowChunk - 1) / kRowChunk; }
 // tasks: each output element is one gemm call's, so results never depend on the threads. Jobs read their tokens'
 // rows of the batch's activations, quantized once per format.
 void CpuBackend::swiglu_ffns(const std::vector<FfnJob>& jobs, const float* x, int64_t n_rows, int64_t D,
-                             float* out, bool same_x) {
+                             float* out, bool same_x, const FfnMid& mid) {
   if (!same_x) q_fmt_.clear();
   auto batch_q = [&](const Matrix& w) -> const uint8_t* {
     for (size_t i = 0; i < q_fmt_.size(); ++i)
@@ -371,6 +371,15 @@ void CpuBackend::swiglu_ffns(const std::vector<FfnJob>& jobs, const float* x, in
     for (int64_t t = 0; t < j.m; ++t)
       ops::swiglu(g + t * kRowChunk, u + t * kRowChunk, h + (j.out_off + t) * F + r0, r1 - r0);
   });
+
+  if (mid) {  // tensor parallel: every rank's SwiGLU columns (each job's gate width must be the same F)
+    for (const FfnJob& j : jobs)
+      if (j.gate.n_out != F) fail("internal: split FFN jobs of different widths (%lld, %lld)", static_cast<long long>(j.gate.n_out),
+                                  static_cast<long long>(F));
+    int64_t F_down = 0;
+    h = const_cast<float*>(mid(h, h_rows, F, &F_down));
+    F = F_down;
+  }
 
   // down: its input rows quantized, then its rows in chunks into out [.., D] at out_off.
   std::vector<size_t> dn_off(jobs.size());

@@ -71,6 +71,14 @@ struct DraftInput {
   bool all_logits = false;
 };
 
+// How Model::distribute splits routed experts across ranks.
+struct SplitOptions {
+  // Expert parallel: each rank holds 1/N of the experts, whole, and a layer's output is summed over ranks (at batch
+  // 1 the rank holding most of the token's top-k sets the pace). Default: every rank holds 1/N of the rows of every
+  // expert (balanced at any batch, and exact: values are gathered, not summed in a new order).
+  bool whole_experts = false;
+};
+
 class ModelShape {
  public:
   virtual ~ModelShape() = default;
@@ -92,7 +100,8 @@ class Model : public ModelShape {
   // same arguments): afterwards this rank keeps only its share of the weights it splits, and forward() exchanges
   // partial results so that every rank returns the same logits. Before repack(), once; `comm` outlives the model.
   // An architecture that cannot split refuses more than one rank.
-  virtual void distribute(Comm& comm) {
+  virtual void distribute(Comm& comm, const SplitOptions& opt = {}) {
+    (void)opt;
     if (comm.size() > 1) fail("%s: this architecture does not run across ranks yet (%d ranks)", info().arch.c_str(), comm.size());
   }
   // Repacks the matrices in `scope` into the kernels' layout and gives back the file pages they came from. Once,

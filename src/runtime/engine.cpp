@@ -231,9 +231,9 @@ void Engine::distribute(Comm& comm, const EngineOptions& o, uint64_t budget) {
            "%llu bytes): every rank must map the same GGUF (this rank: %s)", r,
            static_cast<unsigned long long>(all[2 * r]), static_cast<unsigned long long>(all[2 * r + 1]),
            static_cast<unsigned long long>(all[0]), static_cast<unsigned long long>(all[1]), o.model_path.c_str());
-  model_->distribute(comm);
-  log::info("across %d ranks (%s): routed experts, shared experts / dense FFNs and the LM head split, attention "
-            "and DeltaNet on every rank", comm.size(), comm.name().c_str());
+  models::SplitOptions split;
+  split.whole_experts = o.expert_parallel;
+  model_->distribute(comm, split);
 }
 
 // Matrices into the kernels' layout (streamed experts are repacked as they are read instead); logged once.

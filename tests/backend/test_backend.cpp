@@ -298,8 +298,8 @@ class Recording final : public backend::Backend {
   }
   TERN_FWD(matmul, (const backend::Matrix& w, const float* x, int64_t n, float* y), (w, x, n, y))
   TERN_FWD(get_rows, (const backend::Matrix& t, const int32_t* ids, int64_t n, float* out), (t, ids, n, out))
-  TERN_FWD(swiglu_ffns, (const std::vector<backend::FfnJob>& j, const float* x, int64_t n, int64_t D, float* out, bool s),
-           (j, x, n, D, out, s))
+  TERN_FWD(swiglu_ffns, (const std::vector<backend::FfnJob>& j, const float* x, int64_t n, int64_t D, float* out, bool s,
+                         const backend::FfnMid& m), (j, x, n, D, out, s, m))
   TERN_FWD(rms_norm, (const float* x, const float* w, float* y, int64_t r, int64_t n, float e), (x, w, y, r, n, e))
   TERN_FWD(rms_norm_gated, (const float* x, const float* z, const float* w, float* y, int64_t r, int64_t n, float e),
            (x, z, w, y, r, n, e))

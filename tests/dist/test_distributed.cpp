@@ -1,12 +1,13 @@
 // Tensor/expert-parallel forward across MPI ranks (core/comm.h, Model::distribute). Run by ctest as `mpiexec -np 2`
 // and `-np 3` (oversubscribed, loopback) and as one plain process. Every rank loads the fixture twice: split across
 // the job's ranks, and whole as one process (a local Comm of one rank); the split forward must give every rank the
-// same bits, match the one-process forward within a tolerance, and match transformers within the fixture tolerance.
+// same bits, match the one-process forward, and match transformers / llama.cpp within the fixture's tolerance.
 //
-// Tolerance (split vs one process): 1e-4 * (1 + max|logit|) per row. Why: each layer's FFN output is summed per rank
-// and then over ranks in rank order instead of in one top-k order (the same float terms, associated differently,
-// ~1e-7 relative per layer); everything else (attention, DeltaNet, the router, each LM head row) is computed the
-// same way as in one process.
+// Split vs one process. The default split (heads of both mixers, experts by rows, LM head rows) moves values between
+// ranks and never sums them in a new order: the logits must be one process's bits. Expert parallel (whole experts
+// per rank, --expert-parallel) sums each layer's FFN output over ranks in rank order instead of in one top-k order
+// (the same float terms, associated differently, ~1e-7 relative per layer): every row within 1e-4 * (1 + max|logit|)
+// for exact weights; quantized weights have a looser bound (see expect_close).
 //
 // Collectives must be called by every rank in the same order: checks here are EXPECTs (no early return) so that a
 // failing rank still reaches the next collective; ctest's timeout guards against a hang.
@@ -81,8 +82,9 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
     }
     worst = std::max(worst, row);
     sum += row;
-    if (!quantized || top - second >= 0.05)
+    if (!quantized || top - second >= 0.05) {
       EXPECT_EQ(runtime::argmax(got.data() + r * V, V), runtime::argmax(want.data() + r * V, V)) << what << " row " << r;
+    }
   }
   EXPECT_LE(quantized ? sum / static_cast<double>(rows) : worst, bound) << what;
   if (world().rank() == 0)
@@ -93,10 +95,12 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 struct Pair {
   std::unique_ptr<Comm> local = make_local_comm();
   std::unique_ptr<models::Model> split, whole;
-  Pair(const fs::path& file, RepackScope scope) {
+  Pair(const fs::path& file, RepackScope scope, bool whole_experts = false) {
     split = models::load_model(file.string());
     whole = models::load_model(file.string());
-    split->distribute(world());
+    models::SplitOptions opt;
+    opt.whole_experts = whole_experts;
+    split->distribute(world(), opt);
     whole->distribute(*local);
     split->repack(scope);
     whole->repack(scope);
@@ -110,17 +114,25 @@ struct Pair {
 
 struct Case {
   std::string preset, file;
-  RepackScope scope;
-  std::string quant;  // quantized file: its llama.cpp reference's type name
+  RepackScope scope = RepackScope::kAll;
+  std::string quant = "";      // quantized file: its llama.cpp reference's type name
+  bool whole_experts = false;  // expert parallel (summed over ranks) instead of experts split by rows (exact)
+  bool narrow = false;         // experts too narrow to split by rows: whole experts per rank, as whole_experts
 };
-void PrintTo(const Case& c, std::ostream* os) { *os << c.file << (c.scope == RepackScope::kAll ? " repacked" : ""); }
+Case make(std::string preset, std::string file, RepackScope scope = RepackScope::kAll, std::string quant = "",
+          bool whole_experts = false, bool narrow = false) {
+  return {std::move(preset), std::move(file), scope, std::move(quant), whole_experts, narrow};
+}
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.file << (c.scope == RepackScope::kAll ? " repacked" : "") << (c.whole_experts ? " expert-parallel" : "");
+}
 
 class Distributed : public ::testing::TestWithParam<Case> {};
 
 // Teacher-forced logits of every fixture prompt and a greedy continuation: split vs one process vs transformers.
 TEST_P(Distributed, MatchesOneProcessAndTransformers) {
   const Case& c = GetParam();
-  Pair p(c.preset.empty() ? kBundled : kModels / c.file, c.scope);
+  Pair p(c.preset.empty() ? kBundled : kModels / c.file, c.scope, c.whole_experts);
   const int64_t V = p.whole->info().n_vocab;
   auto teacher_forced = [&](models::Model& m, const std::vector<int32_t>& toks) {
     auto st = p.state(m);
@@ -144,9 +156,12 @@ TEST_P(Distributed, MatchesOneProcessAndTransformers) {
     EXPECT_TRUE(same_on_every_rank(got.data(), got.size() * sizeof(float))) << pr.name << ": ranks' logits differ";
     const std::vector<float> want = teacher_forced(*p.whole, pr.tokens);
     expect_close(got, want, V, c.file + " " + pr.name, !c.quant.empty());
-    // A dense FFN runs on one rank (the others add +0), and split heads move values without summing them: the
-    // logits are then one process's bits exactly (this checks the head split and the gathers, not a tolerance).
-    if (p.whole->info().n_expert == 0) EXPECT_EQ(got, want) << c.file << " " << pr.name << ": dense model, split vs one process";
+    // Split heads and experts split by rows move values without summing them, and a dense FFN runs on one rank (the
+    // others add +0): the logits are then one process's bits exactly. Only whole experts per rank (expert
+    // parallel) sum a layer's output over ranks, and get the tolerance above.
+    if (!(c.whole_experts || c.narrow) || p.whole->info().n_expert == 0) {
+      EXPECT_EQ(got, want) << c.file << " " << pr.name << ": split vs one process, bit for bit";
+    }
   }
   // The fixture's own check of this file: transformers fp32 for exact weights, llama.cpp on the same file when quantized.
   auto split_tf = [&](const std::vector<int32_t>& t) { return teacher_forced(*p.split, t); };
@@ -174,18 +189,25 @@ TEST_P(Distributed, MatchesOneProcessAndTransformers) {
 
 std::vector<Case> cases() {
   std::vector<Case> cs;
+  // Expert parallel: whole experts per rank, outputs summed over ranks (tolerance).
+  for (RepackScope s : {RepackScope::kAll, RepackScope::kNone})
+    cs.push_back(make("q35-ratio", "q35-ratio.f16.gguf", s, "", true));
+  cs.push_back(make("q35-ratio", "q35-ratio.q4_0.gguf", RepackScope::kAll, "q4_0", true));
+  cs.push_back(make("q35-mtp", "q35-mtp.bf16.gguf", RepackScope::kAll, "", true));
+  // Experts split by rows (the default): bit for bit.
   for (RepackScope s : {RepackScope::kAll, RepackScope::kNone}) {
-    cs.push_back({"q35-ratio", "q35-ratio.f16.gguf", s});
-    cs.push_back({"dense-tiny", "dense-tiny.f16.gguf", s});  // dense FFN: one rank per layer
+    cs.push_back(make("q35-ratio", "q35-ratio.f16.gguf", s));
+    cs.push_back(make("dense-tiny", "dense-tiny.f16.gguf", s));  // dense FFN: one rank per layer
   }
-  cs.push_back({"q35-ratio", "q35-ratio.q4_k_m.gguf", RepackScope::kAll, "q4_k_m"});
-  cs.push_back({"q35-ratio", "q35-ratio.q4_0.gguf", RepackScope::kAll, "q4_0"});
-  cs.push_back({"q35-mtp", "q35-mtp.bf16.gguf", RepackScope::kAll});
-  cs.push_back({"next-tiny", "next-tiny.f16.gguf", RepackScope::kAll});
+  cs.push_back(make("q35-ratio", "q35-ratio.q4_k_m.gguf", RepackScope::kAll, "q4_k_m"));
+  cs.push_back(make("q35-ratio", "q35-ratio.q4_0.gguf", RepackScope::kAll, "q4_0"));
+  cs.push_back(make("q35-mtp", "q35-mtp.bf16.gguf", RepackScope::kAll));
+  cs.push_back(make("next-tiny", "next-tiny.f16.gguf", RepackScope::kAll));
   // The 2.4T shape: 512 experts top-10, one DeltaNet key head (at 2 ranks each takes half of its value heads).
-  cs.push_back({"q24t-shape", "q24t-shape.f16.gguf", RepackScope::kAll});  // qwen3next: grouped value heads, fused beta/alpha
-  cs.push_back({"", "tern-tiny-q35moe.gguf", RepackScope::kAll});
-  cs.push_back({"", "tern-tiny-q35moe.gguf", RepackScope::kNone});
+  // Its expert FFN is 1 row wide: the experts cannot split by rows and fall back to whole experts per rank.
+  cs.push_back(make("q24t-shape", "q24t-shape.f16.gguf", RepackScope::kAll, "", false, true));  // qwen3next: grouped value heads, fused beta/alpha
+  cs.push_back(make("", "tern-tiny-q35moe.gguf", RepackScope::kAll));
+  cs.push_back(make("", "tern-tiny-q35moe.gguf", RepackScope::kNone));
   return cs;
 }
 INSTANTIATE_TEST_SUITE_P(Fixtures, Distributed, ::testing::ValuesIn(cases()));
@@ -214,6 +236,7 @@ TEST(DistributedDraft, MtpRowsMatchOneProcess) {
   }
   EXPECT_TRUE(same_on_every_rank(draft[0].data(), draft[0].size() * sizeof(float)));
   expect_close(draft[0], draft[1], V, "q35-mtp draft rows");
+  EXPECT_EQ(draft[0], draft[1]) << "draft rows, experts split by rows: bit for bit";
 }
 
 // The cross-rank sum: every rank gets the same bits, the rank-ordered sum.

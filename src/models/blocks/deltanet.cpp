@@ -16,25 +16,34 @@ void deltanet_block(backend::Backend& be, const DeltaNetParams& c, const DeltaNe
   float* beta = s.beta.grow<float>(be, n_rows * hv);      // [n_rows, n_v_heads]
   float* g = s.g.grow<float>(be, n_rows * hv);            // [n_rows, n_v_heads] log decay
   float* o = s.o.grow<float>(be, n_rows * vdim);          // [n_rows, n_v_heads, head_v_dim]
-  const int64_t R = hv / c.n_k_heads;  // value heads per key head
   TERN_PROFILE(prof_in, "deltanet.in",
                w.wqkv.bytes() + w.wgate.bytes() + w.wbeta.bytes() + w.walpha.bytes() + w.wba.bytes());
   be.matmul(w.wqkv, x, n_rows, qkv);
   be.matmul(w.wgate, x, n_rows, z);
+  // Split across ranks: beta and the decay of every head (a few rows), then this rank's heads.
+  const int64_t HV = split ? split->n_heads : hv, HK = split ? split->n_key_heads : c.n_k_heads;
+  float* beta_all = split ? s.beta_all.grow<float>(be, n_rows * HV) : beta;
+  float* g_all = split ? s.g_all.grow<float>(be, n_rows * HV) : g;
   if (w.wba.present()) {
-    float* ba = s.ba.grow<float>(be, n_rows * 2 * hv);
+    float* ba = s.ba.grow<float>(be, n_rows * 2 * HV);
     be.matmul(w.wba, x, n_rows, ba);
-    be.split_ba(ba, n_rows, c.n_k_heads, R, beta, g);
+    be.split_ba(ba, n_rows, HK, HV / HK, beta_all, g_all);
   } else {
-    be.matmul(w.wbeta, x, n_rows, beta);
-    be.matmul(w.walpha, x, n_rows, g);
+    be.matmul(w.wbeta, x, n_rows, beta_all);
+    be.matmul(w.walpha, x, n_rows, g_all);
   }
   prof_in.done();
   dump("linear_attn_qkv_mixed", layer, qkv, {n_rows, conv_dim});
   dump("z", layer, z, {n_rows, vdim});
   // bytes: each segment's recurrent state [n_v_heads, head_k_dim, head_v_dim] f32 is read (and written) once
   TERN_PROFILE(prof_core, "deltanet.core", static_cast<int64_t>(segs.size()) * hv * c.head_k_dim * c.head_v_dim * 4);
-  be.delta_gates(beta, g, w.a.data(), w.dt_bias.data(), n_rows, hv);
+  be.delta_gates(beta_all, g_all, w.a.data(), w.dt_bias.data(), n_rows, HV);
+  if (split)
+    for (int64_t t = 0; t < n_rows; ++t)
+      for (int64_t i = 0; i < hv; ++i) {
+        beta[t * hv + i] = beta_all[t * HV + split->local_heads[static_cast<size_t>(i)]];
+        g[t * hv + i] = g_all[t * HV + split->local_heads[static_cast<size_t>(i)]];
+      }
   dump("beta_sigmoid", layer, beta, {n_rows, hv});
   dump("gate", layer, g, {n_rows, hv});
 

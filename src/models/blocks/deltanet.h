@@ -37,13 +37,14 @@ struct DeltaNetWeights {
 
 
 struct DeltaNetScratch {
-  Scratch qkv, u, z, beta, g, o, ba;
+  Scratch qkv, u, z, beta, g, o, ba, beta_all, g_all;
   TensorSplitScratch split;
 };
 
 void deltanet_block(backend::Backend& be, const DeltaNetParams& c, const DeltaNetWeights& w, int layer,
                     const std::vector<Segment>& segs, const float* x, int64_t n_rows, float* y,
                     DeltaNetScratch& s, const TensorDump& dump, const TensorSplit* split = nullptr);
-// `split`: this rank runs the heads of `c` (its share) and wout holds its rows (tensor_split.h); null: one process.
+// `split`: this rank runs the heads of `c` (its share), wout holds its rows, and wbeta / walpha / wba, dt_bias and a
+// are whole (tensor_split.h); null: one process.
 
 }  // namespace tern::models

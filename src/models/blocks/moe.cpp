@@ -17,8 +17,13 @@ Linear MoeWeights::expert_up(int64_t e, int64_t n_ff) const {
 
 
 void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, ExpertSource& experts,
-               int layer, const float* x, int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump) {
-  const int64_t E = c.n_expert, K = c.n_expert_used, D = c.n_embd;
+               int layer, const float* x, int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump,
+               const MoeSplit* split) {
+  const int64_t E = c.n_expert, K = c.n_expert_used;
+  // Split by rows: this rank computes its columns of the output, gathered at the end.
+  const int64_t D = split ? split->out.local(split->comm->rank()) : c.n_embd;
+  float* y_full = y;
+  if (split) y = grow(s.y_part, n_rows * D);
   float* logits = s.logits.grow<float>(be, n_rows * E);
   float* wts = grow(s.weights, n_rows * K);
   if (static_cast<int64_t>(s.ids.size()) < n_rows * K) s.ids.resize(static_cast<size_t>(n_rows * K));
@@ -68,8 +73,20 @@ void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, Ex
   int64_t row = 0;
   std::vector<backend::FfnJob> jobs;
   bool same_x = false;  // x's activations were prepared by an earlier call of this layer
-  auto run = [&] {
-    be.swiglu_ffns(jobs, x, n_rows, D, out, same_x);
+  // Split by rows: the SwiGLU rows of a call are this rank's columns of each job's; every rank's are gathered.
+  auto mid = [&](const ColumnLayout& ff) -> backend::FfnMid {
+    if (!split) return {};
+    return [&s, split, &ff](const float* h, int64_t h_rows, int64_t, int64_t* F_down) -> const float* {
+      s.h_full.resize(static_cast<size_t>(h_rows * ff.total));
+      TERN_PROFILE(prof, "comm.ffn_h", 0);
+      gather_columns(*split->comm, ff, h, h_rows, s.h_full.data(), s.gather);
+      *F_down = ff.total;
+      return s.h_full.data();
+    };
+  };
+  const ColumnLayout* ff = split ? &split->ff : nullptr;
+  auto run = [&](const ColumnLayout* layout) {
+    be.swiglu_ffns(jobs, x, n_rows, D, out, same_x, layout ? mid(*layout) : backend::FfnMid{});
     same_x = true;
     jobs.clear();
   };
@@ -88,13 +105,17 @@ void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, Ex
     }
     row += j.m;
     jobs.push_back(j);
-    if (one_at_a_time) run();
+    if (one_at_a_time) run(ff);
   }
   if (shared) {
     TERN_PROFILE_BYTES(prof_exps, w.gate_shexp.bytes() + w.up_shexp.bytes() + w.down_shexp.bytes());
+    // Split by rows, the shared expert joins the routed experts' call when its SwiGLU width is theirs.
+    const bool own_call = split && split->shff.total != split->ff.total;
+    if (own_call && !jobs.empty()) run(ff);
     jobs.push_back({w.gate_shexp, w.up_shexp, w.down_shexp, nullptr, n_rows, row});
+    if (own_call) run(&split->shff);
   }
-  if (!jobs.empty()) run();
+  if (!jobs.empty()) run(ff);
 
   // Each token's expert outputs summed in its top-k order, then (below) the gated shared expert.
   be.moe_combine(out, s.slot_row.data(), wts, n_rows, K, D, y);
@@ -113,7 +134,11 @@ void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, Ex
       be.add(y, sd, n_rows * D);
     }
   }
-  dump("ffn_out", layer, y, {n_rows, D});
+  if (split) {
+    TERN_PROFILE(prof_comm, "comm.ffn_out", 0);
+    gather_columns(*split->comm, split->out, y, n_rows, y_full, s.gather);
+  }
+  dump("ffn_out", layer, y_full, {n_rows, c.n_embd});
 }
 
 }  // namespace tern::models

@@ -8,6 +8,7 @@
 
 #include "models/blocks/batch.h"
 #include "models/dump.h"
+#include "core/comm.h"
 #include "models/blocks/linear.h"
 #include "ops/moe.h"
 
@@ -64,17 +65,29 @@ class ExpertSource {
 };
 
 
+// Experts split by rows across ranks (Model::distribute): every rank holds rows ff.blocks[rank] of each expert's gate
+// and up (shff: of the shared expert's) and rows out.blocks[rank] of each down (output columns); the SwiGLU rows are
+// gathered between the halves and the block's output columns at the end. Values are moved, not summed: the block
+// gives one process's bits, and each rank reads 1/N of every chosen expert (balanced at batch 1).
+struct MoeSplit {
+  Comm* comm = nullptr;
+  ColumnLayout ff, shff, out;
+};
+
 struct MoeScratch {
   Scratch logits, out, sgate;                   // out: every job's down rows, then the shared expert's
   std::vector<float> weights;                   // host: [n_rows, n_used] routing weights
   std::vector<int32_t> ids, tokens, slot_row;   // tokens: each job's batch rows; slot_row: (token, k) -> row of out
   std::vector<std::vector<int32_t>> by_expert;  // [n_expert] -> list of token * n_used + slot
   std::vector<int32_t> order;                   // experts to run: resident ones first
+  std::vector<float> h_full, gather, y_part;    // host, split by rows: gathered SwiGLU rows, allgather buffer, own columns
 };
 
 // Routed experts come from `experts` (mapped or streamed); those already resident run first, so a streamed
 // cache never evicts an expert this step still needs before it has run.
+// `split`: experts split by rows (above); null: this rank holds whole experts (all of them, or MoeWeights' range).
 void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, ExpertSource& experts,
-               int layer, const float* x, int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump);
+               int layer, const float* x, int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump,
+               const MoeSplit* split = nullptr);
 
 }  // namespace tern::models

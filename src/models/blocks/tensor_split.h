@@ -15,6 +15,11 @@ struct TensorSplit {
   Comm* comm = nullptr;
   ColumnLayout heads;  // the projection's input columns (head_dim per head) each rank computes
   ColumnLayout rows;   // the projection's output columns (its rows) each rank holds
+  // Per-head values a block computes for every head and then keeps this rank's of (DeltaNet's beta and decay: a
+  // few rows, computed whole so that their matmul and gate ops are one process's): this rank's heads in its order,
+  // and the block's global head counts.
+  std::vector<int32_t> local_heads;
+  int64_t n_heads = 0, n_key_heads = 0;
 };
 
 struct TensorSplitScratch {

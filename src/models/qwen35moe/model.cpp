@@ -84,9 +84,9 @@ LoadedModel::LoadedModel(std::unique_ptr<gguf::File> file, std::unique_ptr<backe
 
 StateShape LoadedModel::state_shape() const { return qwen35moe::state_shape(m_->config); }
 
-void LoadedModel::distribute(Comm& comm) {
+void LoadedModel::distribute(Comm& comm, const SplitOptions& opt) {
   if (fwd_) fail("internal: distribute after start");
-  m_->distribute(comm);
+  m_->distribute(comm, opt);
 }
 
 RepackReport LoadedModel::repack(RepackScope scope) {

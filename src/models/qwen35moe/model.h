@@ -49,7 +49,7 @@ class LoadedModel : public models::Model {
   WeightBytes weight_bytes(bool repack, bool repack_experts) const override {
     return qwen35moe::weight_bytes(*m_->file, m_->config, repack, repack_experts);
   }
-  void distribute(Comm& comm) override;
+  void distribute(Comm& comm, const SplitOptions& opt = {}) override;
   RepackReport repack(RepackScope scope) override;
   void start(TensorDump dump, int64_t expert_slots) override;
   const std::vector<float>& forward(std::vector<SeqInput>& batch) override;

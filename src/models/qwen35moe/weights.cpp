@@ -1,5 +1,6 @@
 #include "models/qwen35moe/weights.h"
 
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -253,8 +254,8 @@ ExpertLayout Model::expert_layout() const {
   x.file = file.get();
   for (const LayerWeights& l : weights.layers) x.layers.push_back(config.dense() ? nullptr : &l.moe);
   x.n_expert = config.n_expert;
-  x.n_ff_exp = config.n_ff_exp;
-  x.n_embd = config.n_embd;
+  x.n_ff_exp = moe_split.comm ? moe_ff_local : config.n_ff_exp;  // split by rows: this rank's rows of each expert
+  x.n_embd = moe_split.comm ? moe_embd_local : config.n_embd;
   x.repack_scope = repack_scope;
   x.rows_grouped = expert_rows_grouped();
   return x;
@@ -347,7 +348,7 @@ void Model::split_heads(Comm& c) {
       attn_split.heads.blocks.push_back(scaled(sub_heads(*head_share(config.n_head_kv, G, R, r), config.n_head_kv, G, false), hd));
     for (LayerWeights& l : weights.layers) {
       if (l.kind != LayerKind::kAttention) continue;
-      l.attn.wq = take_rows(*backend, l.attn.wq, scaled(q, 2 * hd), weights.owned);  // per query head: query rows, gate rows
+      l.attn.wq = take_rows(*backend, l.attn.wq, scaled(q, 2 * hd), split_copies);  // per query head: query rows, gate rows
       l.attn.wk = l.attn.wk.rows(mine->k0 * hd, mine->nk * hd);
       l.attn.wv = l.attn.wv.rows(mine->k0 * hd, mine->nk * hd);
       l.attn.wo = l.attn.wo.rows(e0, ne);
@@ -368,22 +369,17 @@ void Model::split_heads(Comm& c) {
     // Channels of the q | k | v projection (and of the conv taps): this rank's key heads' q and k, its value heads' v.
     Runs ch = {{mine->k0 * dk, mine->nk * dk}, {key_dim + mine->k0 * dk, mine->nk * dk}};
     for (const auto& run : scaled(vh, dv, 2 * key_dim)) ch.push_back(run);
-    Runs ba;  // fused beta/alpha, per key head: its beta rows, then its alpha rows
-    for (int64_t k = mine->k0; k < mine->k0 + mine->nk; ++k) {
-      ba.push_back({k * 2 * rv + mine->s0, mine->ns});
-      ba.push_back({k * 2 * rv + rv + mine->s0, mine->ns});
-    }
+    // beta, alpha (fused or not), dt_bias and A stay whole: the block computes every head's gates and keeps its own.
+    dn_split.n_heads = config.n_v_heads;
+    dn_split.n_key_heads = nK;
+    for (const auto& [h0, n] : vh)
+      for (int64_t h = h0; h < h0 + n; ++h) dn_split.local_heads.push_back(static_cast<int32_t>(h));
     for (LayerWeights& l : weights.layers) {
       if (l.kind != LayerKind::kRecurrent) continue;
       DeltaNetWeights& d = l.dn;
-      d.wqkv = take_rows(*backend, d.wqkv, ch, weights.owned);
+      d.wqkv = take_rows(*backend, d.wqkv, ch, split_copies);
       d.conv = take(*backend, d.conv, ch, config.conv_kernel);
-      d.wgate = take_rows(*backend, d.wgate, scaled(vh, dv), weights.owned);
-      d.wba = take_rows(*backend, d.wba, ba, weights.owned);
-      d.wbeta = take_rows(*backend, d.wbeta, vh, weights.owned);
-      d.walpha = take_rows(*backend, d.walpha, vh, weights.owned);
-      d.dt_bias = take(*backend, d.dt_bias, vh, 1);
-      d.a = take(*backend, d.a, vh, 1);
+      d.wgate = take_rows(*backend, d.wgate, scaled(vh, dv), split_copies);
       d.wout = d.wout.rows(e0, ne);
     }
     config.n_k_heads = mine->nk;
@@ -391,16 +387,50 @@ void Model::split_heads(Comm& c) {
   }
 }
 
-void Model::distribute(Comm& c) {
+void Model::split_expert_rows(Comm& c) {
+  const int R = c.size(), me = c.rank();
+  const int64_t E = config.n_expert, F = config.n_ff_exp, Fs = config.n_ff_shexp, D = config.n_embd;
+  const int64_t A = quant::kRepackRows;
+  moe_split.comm = &c;
+  moe_split.ff = ColumnLayout::contiguous(F, A, R);
+  moe_split.shff = ColumnLayout::contiguous(Fs, A, R);
+  moe_split.out = ColumnLayout::contiguous(D, A, R);
+  const Split ffs{F, A, R}, shs{Fs, A, R}, outs{D, A, R};
+  const int64_t f0 = ffs.begin(me), fl = ffs.size(me), s0 = shs.begin(me), sl = shs.size(me);
+  const int64_t d0 = outs.begin(me), dl = outs.size(me);
+  moe_ff_local = fl;
+  moe_embd_local = dl;
+  for (LayerWeights& l : weights.layers) {
+    MoeWeights& m = l.moe;
+    Runs gate, up, down;
+    for (int64_t e = 0; e < E; ++e) {
+      if (m.fused_gate_up) {  // per expert: its F gate rows, then its F up rows
+        gate.push_back({e * 2 * F + f0, fl});
+        gate.push_back({e * 2 * F + F + f0, fl});
+      } else {
+        gate.push_back({e * F + f0, fl});
+        up.push_back({e * F + f0, fl});
+      }
+      down.push_back({e * D + d0, dl});
+    }
+    m.gate_exps = take_rows(*backend, m.gate_exps, gate, split_copies);
+    if (!m.fused_gate_up) m.up_exps = take_rows(*backend, m.up_exps, up, split_copies);
+    m.down_exps = take_rows(*backend, m.down_exps, down, split_copies);
+    if (Fs > 0) {
+      m.gate_shexp = m.gate_shexp.rows(s0, sl);
+      m.up_shexp = m.up_shexp.rows(s0, sl);
+      m.down_shexp = m.down_shexp.rows(d0, dl);
+    }
+  }
+}
+
+void Model::distribute(Comm& c, const SplitOptions& opt) {
   if (repack_scope != RepackScope::kNone) fail("internal: distribute after repack");
   if (comm) fail("internal: model distributed twice");
   comm = &c;
   const int R = c.size(), me = c.rank();
   vocab = Split{config.n_vocab, quant::kRepackRows, R};
   if (R == 1) return;
-  if (!config.dense() && config.n_expert < R)
-    fail("%d ranks, but the model has %lld routed experts per layer: at most that many ranks", R,
-         static_cast<long long>(config.n_expert));
   if (config.n_vocab < static_cast<int64_t>(quant::kRepackRows) * R)
     fail("%d ranks: the vocabulary (%lld tokens) is too small to split", R, static_cast<long long>(config.n_vocab));
   const int64_t n_kv = config.n_head_kv, n_k = config.n_k_heads;
@@ -409,8 +439,7 @@ void Model::distribute(Comm& c) {
     return split ? std::string("heads split") : strf("whole on every rank (%lld %s heads do not share out over %d ranks)",
                                                      static_cast<long long>(heads), what, R);
   };
-  log::info("across %d ranks: attention %s, DeltaNet %s; routed experts, shared experts / dense FFNs and LM head rows "
-            "split", R, how(attn_split.comm != nullptr, n_kv, "KV").c_str(), how(dn_split.comm != nullptr, n_k, "key").c_str());
+  log::info("across %d ranks: attention %s, DeltaNet %s, LM head rows split", R, how(attn_split.comm != nullptr, n_kv, "KV").c_str(), how(dn_split.comm != nullptr, n_k, "key").c_str());
   const int64_t v0 = vocab.begin(me), nv = vocab.size(me);
   weights.output = weights.output.rows(v0, nv);
   if (weights.has_mtp) {
@@ -418,6 +447,21 @@ void Model::distribute(Comm& c) {
     else weights.mtp.head = weights.output;
   }
   if (config.dense()) return;
+  // Experts by rows unless asked for whole experts, or a share would be empty (a tiny FFN on many ranks).
+  const bool rows_fit = config.n_ff_exp >= static_cast<int64_t>(quant::kRepackRows) * R &&
+                        (config.n_ff_shexp == 0 || config.n_ff_shexp >= static_cast<int64_t>(quant::kRepackRows) * R);
+  if (!opt.whole_experts && rows_fit) {
+    split_expert_rows(c);
+    log::info("across %d ranks: each rank holds 1/%d of the rows of every expert (balanced at batch 1, exact)", R, R);
+    return;
+  }
+  if (!opt.whole_experts)
+    log::info("across %d ranks: experts of %lld rows are too narrow to split by rows; each rank holds whole experts", R,
+              static_cast<long long>(config.n_ff_exp));
+  if (config.n_expert < R)
+    fail("%d ranks, but the model has %lld routed experts per layer: at most that many ranks hold whole experts", R,
+         static_cast<long long>(config.n_expert));
+  log::info("across %d ranks: each rank holds whole experts, 1/%d of them (expert parallel)", R, R);
   const Split ex{config.n_expert, 1, R};
   const int64_t e0 = ex.begin(me), ne = ex.size(me);
   for (size_t il = 0; il < weights.layers.size(); ++il) {
@@ -463,6 +507,19 @@ RepackReport Model::repack(RepackScope scope) {
     if (experts)
       for (Linear* w : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) one(*w, true);
   }
+  // Rows gathered across ranks (distribute) into buffers of their own are now repacked copies: free the originals
+  // no matrix reads any more.
+  std::vector<const uint8_t*> used = {weights.output.data, weights.mtp.eh_proj.data, weights.mtp.head.data,
+                                      weights.mtp.head_sub.data, weights.token_embd.data};
+  for (const LayerWeights& l : weights.layers)
+    for (const Linear* w : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.dn.wqkv, &l.dn.wgate, &l.dn.wbeta,
+                            &l.dn.walpha, &l.dn.wba, &l.dn.wout, &l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps,
+                            &l.moe.gate_shexp, &l.moe.up_shexp, &l.moe.down_shexp, &l.moe.shexp_gate, &l.moe.router,
+                            &l.ffn.gate, &l.ffn.up, &l.ffn.down})
+      used.push_back(w->data);
+  std::erase_if(split_copies, [&](const std::shared_ptr<backend::Buffer>& b) {
+    return std::none_of(used.begin(), used.end(), [&](const uint8_t* p) { return p >= b->data() && p < b->data() + b->bytes(); });
+  });
   return R.report();
 }
 

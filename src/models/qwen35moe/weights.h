@@ -88,6 +88,9 @@ struct Model {
   Comm* comm = nullptr;
   Split vocab;
   TensorSplit attn_split, dn_split;  // heads split across ranks (comm null: each rank runs the block whole)
+  std::vector<std::shared_ptr<backend::Buffer>> split_copies;  // rows gathered by distribute (freed once repacked)
+  MoeSplit moe_split;                // routed and shared experts split by rows (comm null: whole experts)
+  int64_t moe_ff_local = 0, moe_embd_local = 0;  // by rows: this rank's rows of each expert's gate/up, of its down
   bool distributed() const { return comm && comm->size() > 1; }
   // Whether this rank runs layer il's shared expert (or dense FFN): one rank per layer, in turn.
   bool owns_ffn(int il) const { return !distributed() || il % comm->size() == comm->rank(); }
@@ -99,15 +102,18 @@ struct Model {
   // Repacks the matrices in `scope` into backend memory, points the weights at them and gives back the file
   // pages they came from. Once per model.
   RepackReport repack(RepackScope scope);
-  // Expert- and vocabulary-parallel split across comm's ranks (models/model.h Model::distribute): layer il's routed
-  // experts in equal contiguous ranges, its shared expert / dense FFN on rank il % N, the LM head (and the MTP
-  // block's own head) by vocabulary rows in multiples of 8. Attention and DeltaNet run whole on every rank. Before
-  // repack (the slices are what gets repacked; the rest of the file is never touched).
-  void distribute(Comm& comm);
+  // Split across comm's ranks (models/model.h Model::distribute): the mixers' heads (split_heads); routed and
+  // shared experts by rows (or, opt.whole_experts, routed experts in equal contiguous ranges and the shared expert
+  // on rank il % N); a dense FFN on rank il % N; the LM head (and the MTP block's own head) by vocabulary rows in
+  // multiples of 8. Before repack (the slices are what gets repacked; the rest of the file is never touched).
+  void distribute(Comm& comm, const SplitOptions& opt = {});
   // The head-parallel part of distribute: attention KV heads (with their query heads) and DeltaNet key heads (with
   // their value heads) split when each rank gets at least one; the out projections by rows (blocks/tensor_split.h).
   // config's head counts become this rank's, so the blocks, the state shape and the buffers follow.
   void split_heads(Comm& comm);
+  // Routed and shared experts by rows: each rank keeps rows [f0, f1) of every expert's gate and up and rows [d0, d1) of
+  // every down (blocks/moe.h MoeSplit), gathered into stacked matrices of their own.
+  void split_expert_rows(Comm& comm);
   // Whether routed experts stay on 8-row groups when sliced per expert (n_ff_exp and n_embd multiples of 8).
   bool expert_rows_grouped() const;
   // The routed experts, for an ExpertStore (models/expert_store.h).
