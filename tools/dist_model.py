@@ -4,15 +4,19 @@ token (src/models/qwen35moe/weights.cpp Model::distribute) and communication cos
 
 Per layer, every rank: its share of the mixer's weights (attention or DeltaNet heads: 1/N when the heads share out,
 else the whole block), then two gathers (the heads' outputs, the out projection's rows); the router (replicated);
-its routed experts (contiguous ranges of 1/N of the experts: at batch 1 the slowest rank is the one holding most of
-the token's top-k, computed here by sampling uniform routings) plus the shared expert on rank il % N; one
-sum over ranks (an allgather of n_embd floats). Per token: 1/N of the LM head rows and a gather of the logits.
-Ranks wait for each other at every collective, so a layer costs its slowest rank.
+then the FFN:
+  rows (the default): 1/N of the rows of each of the token's top-k experts and of the shared expert, a gather of
+    the SwiGLU rows and one of the output columns (balanced: every rank reads the same bytes);
+  expert parallel (--expert-parallel): its whole experts (contiguous ranges of 1/N of them; at batch 1 the slowest
+    rank is the one holding most of the token's top-k, found by sampling uniform routings) plus the shared expert
+    on rank il % N, and one sum over ranks (an allgather of n_embd floats).
+Per token: 1/N of the LM head rows and a gather of the logits. Ranks wait for each other at every collective, so a
+layer costs its slowest rank.
 
 Compute time = bytes read / (node bandwidth x efficiency); a collective on N ranks of m bytes per rank costs
 ceil(log2 N) x alpha + (N - 1) x m / beta (recursive doubling for the small messages of decode).
 
-usage: python3 tools/dist_model.py [--bw GBPS] [--eff E] [--markdown]
+usage: python3 tools/dist_model.py [--bw GBPS] [--eff E] [--nodes 1,2,4,8,16] [--expert-parallel]
 """
 from __future__ import annotations
 
@@ -73,7 +77,7 @@ def expected_max_experts(experts: int, top_k: int, n: int, trials: int = 4000, s
     return total / trials
 
 
-def token_time(g: dict, n: int, net: dict, bw: float, eff: float) -> tuple[float, float, dict]:
+def token_time(g: dict, n: int, net: dict, bw: float, eff: float, whole_experts: bool = False) -> tuple[float, float, dict]:
     """Seconds per decode token on n nodes: (total, of which communication, parameter counts)."""
     D, B = g["embd"], BYTES_PER_PARAM
     speed = bw * eff
@@ -89,19 +93,27 @@ def token_time(g: dict, n: int, net: dict, bw: float, eff: float) -> tuple[float
     n_dn = g["layers"] - n_attn
     attn_split = share(g["kv_heads"], g["q_heads"] // g["kv_heads"], n)
     dn_split = share(g["k_heads"], g["v_heads"] // g["k_heads"], n)
-    emax = expected_max_experts(g["experts"], g["top_k"], n)
-    # Per-layer FFN time on the slowest rank: its experts plus, on one rank in n, the shared expert (an upper bound
-    # taking the shared expert's rank as also the one with most experts when n is small, else the mean).
+    emax = expected_max_experts(g["experts"], g["top_k"], n) if whole_experts else g["top_k"] / n
+    # Per-layer FFN time on the slowest rank. Rows: 1/n of every chosen expert and of the shared expert. Expert
+    # parallel: its experts plus, on one rank in n, the shared expert (taken as on the busiest rank for n <= 2, half
+    # of it beyond: an estimate between the bounds).
     def ffn_time():
         experts_t = emax * expert * B / speed
         shared_t = shared * B / speed
+        if not whole_experts:
+            return experts_t + shared_t / n
         return experts_t + (shared_t if n <= 2 else shared_t / 2)
+    def ffn_comm():
+        if whole_experts:
+            return allgather(D * 4, n, net)
+        rows = g["top_k"] + 1  # SwiGLU rows of the token's experts and the shared expert
+        return allgather(rows * g["ff"] * 4 / n, n, net) + allgather(D * 4 / n, n, net)
     comm = 0.0
     t = 0.0
     for kind, count, params, split, width in (("attn", n_attn, attn, attn_split, q_dim), ("dn", n_dn, dn, dn_split, value_dim)):
         mix = params * B / speed / (n if split else 1)
         c_mix = (allgather(width * 4 / n, n, net) + allgather(D * 4 / n, n, net)) if split else 0.0
-        c_ffn = allgather(D * 4, n, net)
+        c_ffn = ffn_comm()
         t += count * (mix + router * B / speed + ffn_time())
         comm += count * (c_mix + c_ffn)
     t += head * B / speed / n
@@ -116,26 +128,31 @@ def main() -> None:
     ap.add_argument("--bw", type=float, default=400.0, help="node memory read bandwidth, GB/s (default 400)")
     ap.add_argument("--eff", type=float, default=0.66, help="fraction of it tern reaches in decode (default 0.66, measured)")
     ap.add_argument("--nodes", default="1,2,4,8,16")
+    ap.add_argument("--expert-parallel", action="store_true", help="whole experts per rank instead of rows")
+    ap.add_argument("--alpha-us", type=float, default=0, help="override every network's latency per step (us)")
     args = ap.parse_args()
+    if args.alpha_us > 0:
+        for net in NETWORKS.values():
+            net["alpha"] = args.alpha_us * 1e-6
     nodes = [int(x) for x in args.nodes.split(",")]
     bw = args.bw * 1e9
     for name, g in MODELS.items():
-        _, _, info = token_time(g, 1, NETWORKS["100 GbE (TCP)"], bw, args.eff)
+        _, _, info = token_time(g, 1, NETWORKS["100 GbE (TCP)"], bw, args.eff, args.expert_parallel)
         print(f"\n### {name}: {info['total'] / 1e9:.0f}B parameters, {info['active'] / 1e9:.1f}B active per token "
               f"({info['active'] * BYTES_PER_PARAM / 1e9:.1f} GB at {BYTES_PER_PARAM} bytes each)\n")
         print("| network | " + " | ".join(f"{n} node{'s' if n > 1 else ''}" for n in nodes) + " |")
         print("|---|" + "---:|" * len(nodes))
         for net_name, net in NETWORKS.items():
-            t1, _, _ = token_time(g, 1, net, bw, args.eff)
+            t1, _, _ = token_time(g, 1, net, bw, args.eff, args.expert_parallel)
             cells = []
             for n in nodes:
-                t, c, inf = token_time(g, n, net, bw, args.eff)
+                t, c, inf = token_time(g, n, net, bw, args.eff, args.expert_parallel)
                 cells.append(f"{1 / t:.1f} tok/s, x{t1 / t:.2f} (comm {1e3 * c:.1f} ms)")
             print(f"| {net_name} | " + " | ".join(cells) + " |")
         notes = []
         for n in nodes[1:]:
-            _, _, inf = token_time(g, n, NETWORKS["100 GbE (TCP)"], bw, args.eff)
-            notes.append(f"{n}: slowest rank holds {inf['emax']:.2f} of {g['top_k']} experts"
+            _, _, inf = token_time(g, n, NETWORKS["100 GbE (TCP)"], bw, args.eff, args.expert_parallel)
+            notes.append(f"{n}: slowest rank reads {inf['emax']:.2f} of {g['top_k']} experts"
                          f"{'' if inf['attn_split'] else ', attention whole'}{'' if inf['dn_split'] else ', DeltaNet whole'}")
         print("\n" + "; ".join(notes))
 

@@ -3,6 +3,7 @@
 // tensor data read) and Model (the loaded weights and their forward), plus one line in models/registry.cpp.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,12 @@ class ModelShape {
   virtual uint64_t buffer_bytes(int64_t rows, int n_parallel) const = 0;
   // Weight bytes, repacked or in the file's layout; `repack_experts` says whether routed experts are repacked.
   virtual WeightBytes weight_bytes(bool repack, bool repack_experts) const = 0;
+  // The shape of one rank's share when split over `ranks` (Model::distribute; tern plan --ranks): its weights, state
+  // and buffers. Null: the architecture does not split.
+  virtual std::unique_ptr<ModelShape> rank_shape(int ranks) const {
+    (void)ranks;
+    return nullptr;
+  }
 };
 
 class Model : public ModelShape {

@@ -120,14 +120,20 @@ Engine::Engine(const EngineOptions& o) {
   model_ = models::load_model(o.model_path);
   const models::ModelInfo& c = model_->info();
   Comm& comm = world();
-  if (comm.size() > 1) distribute(comm, o, budget);
+  // What this process holds: the whole model, or across ranks its share (state and weights sized by rank_shape).
+  std::unique_ptr<models::ModelShape> share;
+  if (comm.size() > 1) {
+    distribute(comm, o, budget);
+    share = model_->rank_shape(comm.size());
+  }
+  const models::ModelShape& held = share ? *share : static_cast<const models::ModelShape&>(*model_);
   if (o.n_parallel < 0) fail("--parallel must be >= 1 or auto (got %d)", o.n_parallel);
   const int64_t checkpoints = draft_checkpoints(*model_, o.draft, o.no_spec);
   if (o.n_ctx > 0) {
     n_ctx_ = o.n_ctx;
   } else {
     // --parallel auto: the context first (as for one sequence), then as many sequences as fit.
-    n_ctx_ = default_n_ctx(*model_, kv_, std::max(o.n_parallel, 1), budget);
+    n_ctx_ = default_n_ctx(held, kv_, std::max(o.n_parallel, 1), budget);
     log::info("context size %lld (model trained for %lld%s)", static_cast<long long>(n_ctx_),
               static_cast<long long>(c.n_ctx_train),
               n_ctx_ < c.n_ctx_train ? (budget ? ", capped by --mem-budget" : ", capped by available memory") : "");
@@ -141,7 +147,7 @@ Engine::Engine(const EngineOptions& o) {
 
   n_parallel_ = o.n_parallel;
   if (n_parallel_ == 0) {
-    const AutoParallel a = auto_parallel(*model_, kv_, n_ctx_, checkpoints, budget);
+    const AutoParallel a = auto_parallel(held, kv_, n_ctx_, checkpoints, budget);
     n_parallel_ = a.n;
     kv_tokens_ = a.kv_tokens;
     const std::string room = format_bytes(a.room) + (budget ? ", a quarter of --mem-budget" : ", half the available memory");
@@ -166,7 +172,7 @@ Engine::Engine(const EngineOptions& o) {
   req.prefix_cache = o.prefix_cache_bytes;
   req.repack = !o.no_repack;
   req.checkpoints = checkpoints;
-  plan_ = plan_memory(*model_, req);
+  plan_ = plan_memory(held, req);
   if (req.repack && !plan_.streamed && budget == 0 &&
       static_cast<double>(plan_.dense + plan_.experts) > 0.8 * available_memory_bytes()) {
     log::info("weights stay memory-mapped in the file's layout (not repacked): %s is more than 80%% of the %s "
@@ -174,7 +180,7 @@ Engine::Engine(const EngineOptions& o) {
               format_bytes(plan_.dense + plan_.experts).c_str(),
               format_bytes(static_cast<uint64_t>(available_memory_bytes())).c_str());
     req.repack = false;
-    plan_ = plan_memory(*model_, req);
+    plan_ = plan_memory(held, req);
   }
   if (budget > 0 || plan_.streamed) log::info("memory plan:\n%s", format_plan(plan_).c_str());
   else log::info("memory: %s", plan_.verdict.c_str());

@@ -4,6 +4,16 @@
 
 namespace tern::models {
 
+std::optional<HeadShare> head_share(int64_t n_key, int64_t per, int R, int r) {
+  if (n_key >= R) {
+    const Split k{n_key, 1, R};
+    return HeadShare{k.begin(r), k.size(r), 0, per};
+  }
+  const int64_t m = R / n_key;
+  if (R % n_key != 0 || per % m != 0) return std::nullopt;
+  return HeadShare{r / m, 1, (r % m) * (per / m), per / m};
+}
+
 void project_out(backend::Backend& be, const Linear& w, const TensorSplit* split, const float* x, int64_t n_rows, float* y,
                  TensorSplitScratch& s) {
   if (!split) {

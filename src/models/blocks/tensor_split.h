@@ -3,6 +3,7 @@
 // order) and its output rows are split, so each rank reads 1/N of the projection and the result is gathered. Values
 // are moved, never summed in a new order: the block's output has the bits of one process.
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "core/comm.h"
@@ -21,6 +22,15 @@ struct TensorSplit {
   std::vector<int32_t> local_heads;
   int64_t n_heads = 0, n_key_heads = 0;
 };
+
+// A rank's heads of a block whose heads come in groups (attention: the query heads of a KV head; DeltaNet: the value
+// heads of a key head): key heads [k0, k0 + nk) and, of each, sub-heads [s0, s0 + ns) of its `per`. Whole groups
+// when there are at least as many key heads as ranks; else each key head is shared by R / n_key ranks (its K/V or
+// q/k computed by each of them), which take equal shares of its sub-heads. None: the block runs whole on every rank.
+struct HeadShare {
+  int64_t k0 = 0, nk = 0, s0 = 0, ns = 0;
+};
+std::optional<HeadShare> head_share(int64_t n_key, int64_t per, int ranks, int rank);
 
 struct TensorSplitScratch {
   std::vector<float> in, out, gather;  // host: the gathered input, this rank's output columns, the allgather buffer

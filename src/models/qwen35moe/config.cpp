@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "models/blocks/tensor_split.h"
 #include "models/loader.h"
 #include "formats/gguf.h"
 
@@ -79,6 +80,20 @@ Config Config::from_gguf(const gguf::File& f) {
   const gguf::TensorInfo& emb = f.get_tensor("token_embd.weight");
   c.n_vocab = emb.ne[1];
   return c;
+}
+
+Config rank_config(const Config& c, int ranks, int rank) {
+  Config r = c;
+  if (ranks == 1) return r;
+  if (const auto a = head_share(c.n_head_kv, c.n_head / c.n_head_kv, ranks, rank)) {
+    r.n_head = a->nk * a->ns;
+    r.n_head_kv = a->nk;
+  }
+  if (const auto d = head_share(c.n_k_heads, c.n_v_heads / c.n_k_heads, ranks, rank)) {
+    r.n_k_heads = d->nk;
+    r.n_v_heads = d->nk * d->ns;
+  }
+  return r;
 }
 
 }  // namespace tern::models::qwen35moe

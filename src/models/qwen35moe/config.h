@@ -58,4 +58,9 @@ struct Config {
   static Config from_gguf(const gguf::File& f);  // throws Error naming the file and key
 };
 
+// This rank's view of the model split over `ranks` (Model::distribute): the head counts of its share of each mixer
+// (blocks/tensor_split.h head_share; unchanged where a mixer runs whole on every rank). The blocks, the state shape
+// and the buffers follow it.
+Config rank_config(const Config& c, int ranks, int rank);
+
 }  // namespace tern::models::qwen35moe

@@ -77,7 +77,48 @@ WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool
   return w;
 }
 
-StateShape Shape::state_shape() const { return qwen35moe::state_shape(c_); }
+StateShape Shape::state_shape() const { return qwen35moe::state_shape(ranks_ > 1 ? local_ : c_); }
+
+WeightBytes rank_weight_bytes(const gguf::File& f, const Config& c, const Config& l, int ranks, bool repack,
+                              bool repack_experts) {
+  const double R = ranks;
+  const bool attn = l.n_head != c.n_head, dn = l.n_v_heads != c.n_v_heads;  // the mixers that split
+  // The fraction of a tensor this rank holds (Model::distribute's rules; a dense FFN is on one rank in R per layer).
+  auto share = [&](std::string_view n) -> double {
+    auto has = [&](const char* s) { return n.find(s) != std::string_view::npos; };
+    if (has("_exps.") || has("_shexp.weight") || n == "output.weight" || has("shared_head_head")) return 1 / R;
+    if (has("ffn_gate.") || has("ffn_up.") || has("ffn_down.")) return 1 / R;
+    if (has("attn_q.")) return double(l.n_head) / double(c.n_head);
+    if (has("attn_k.") || has("attn_v.")) return double(l.n_head_kv) / double(c.n_head_kv);
+    if (has("attn_output.")) return attn ? 1 / R : 1;
+    if (has("attn_qkv.")) return double(l.conv_dim()) / double(c.conv_dim());
+    if (has("attn_gate.")) return double(l.value_dim()) / double(c.value_dim());
+    if (has("ssm_out.")) return dn ? 1 / R : 1;
+    return 1;  // embeddings (a lookup), norms, routers, the shared expert's gate, beta / alpha: on every rank
+  };
+  WeightBytes w;
+  const int64_t n_blocks = c.n_layer + (c.n_nextn > 0 ? 1 : 0);
+  w.expert_bytes.assign(static_cast<size_t>(n_blocks), 0);
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const int64_t il = gguf::block_index(t.name);
+    if (il >= n_blocks) continue;
+    w.repacked |= tensor_repacked(t, c, repack, repack_experts);
+    const auto bytes = static_cast<uint64_t>(static_cast<double>(resident_tensor_bytes(t, c, repack, repack_experts)) *
+                                             share(t.name));
+    if (il == c.n_layer) w.mtp += bytes;
+    if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
+      w.experts += bytes;
+      w.expert_bytes[static_cast<size_t>(il)] += bytes / static_cast<uint64_t>(c.n_expert);
+    } else {
+      w.dense += bytes;
+    }
+  }
+  w.dense += static_cast<uint64_t>(static_cast<double>(repack_extra_bytes(f, c, repack)) / R);  // a tied head's rows
+  const uint64_t dv = draft_vocab_bytes(f, c, repack);
+  w.dense += dv;
+  w.mtp += dv;
+  return w;
+}
 
 LoadedModel::LoadedModel(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be)
     : m_(qwen35moe::Model::load(std::move(file), std::move(be))), info_(model_info(m_->config)) {}

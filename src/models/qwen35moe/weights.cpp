@@ -266,7 +266,8 @@ namespace {
 using Runs = std::vector<std::pair<int64_t, int64_t>>;  // (first, count)
 
 // Rows `runs` of w (file layout), side by side in that order: a view when they are one run, else a copy of its own.
-Linear take_rows(backend::Backend& be, const Linear& w, const Runs& runs, std::vector<std::shared_ptr<backend::Buffer>>& owned) {
+Linear take_rows(backend::Backend& be, const gguf::File& f, const Linear& w, const Runs& runs,
+                 std::vector<std::shared_ptr<backend::Buffer>>& owned) {
   if (!w.present()) return w;
   if (runs.size() == 1) return w.rows(runs[0].first, runs[0].second);
   int64_t n = 0;
@@ -281,6 +282,9 @@ Linear take_rows(backend::Backend& be, const Linear& w, const Runs& runs, std::v
   out.data = buf->data();
   out.n_out = n;
   owned.push_back(std::move(buf));
+  // The copied file pages are not needed again (and the rest of the tensor is other ranks'): give them back, so a
+  // rank's resident set is its share. Safe for a shared page's neighbour: a read-only file mapping reloads on use.
+  if (w.data >= f.base() && w.data + w.bytes() <= f.base() + f.file_size()) drop_pages(w.data, w.bytes());
   return out;
 }
 
@@ -296,23 +300,6 @@ Runs scaled(const Runs& runs, int64_t unit, int64_t offset = 0) {
   Runs out;
   for (const auto& [r0, k] : runs) out.push_back({offset + r0 * unit, k * unit});
   return out;
-}
-
-// A rank's heads of a block whose heads come in groups (attention: the query heads of a KV head; DeltaNet: the value
-// heads of a key head): key heads [k0, k0 + nk) and, of each, sub-heads [s0, s0 + ns) of its `per`. Whole groups
-// when there are at least as many key heads as ranks; else each key head is shared by R / n_key ranks (its K/V or
-// q/k computed by each of them), which take equal shares of its sub-heads. None: the block runs whole on every rank.
-struct HeadShare {
-  int64_t k0 = 0, nk = 0, s0 = 0, ns = 0;
-};
-std::optional<HeadShare> head_share(int64_t n_key, int64_t per, int R, int r) {
-  if (n_key >= R) {
-    const Split k{n_key, 1, R};
-    return HeadShare{k.begin(r), k.size(r), 0, per};
-  }
-  const int64_t m = R / n_key;
-  if (R % n_key != 0 || per % m != 0) return std::nullopt;
-  return HeadShare{r / m, 1, (r % m) * (per / m), per / m};
 }
 
 // Sub-head runs (global head indices) of a share, in the order the block runs them locally. Attention (query heads
@@ -348,13 +335,11 @@ void Model::split_heads(Comm& c) {
       attn_split.heads.blocks.push_back(scaled(sub_heads(*head_share(config.n_head_kv, G, R, r), config.n_head_kv, G, false), hd));
     for (LayerWeights& l : weights.layers) {
       if (l.kind != LayerKind::kAttention) continue;
-      l.attn.wq = take_rows(*backend, l.attn.wq, scaled(q, 2 * hd), split_copies);  // per query head: query rows, gate rows
+      l.attn.wq = take_rows(*backend, *file, l.attn.wq, scaled(q, 2 * hd), split_copies);  // per query head: query rows, gate rows
       l.attn.wk = l.attn.wk.rows(mine->k0 * hd, mine->nk * hd);
       l.attn.wv = l.attn.wv.rows(mine->k0 * hd, mine->nk * hd);
       l.attn.wo = l.attn.wo.rows(e0, ne);
     }
-    config.n_head = mine->nk * mine->ns;
-    config.n_head_kv = mine->nk;
   }
   // Gated DeltaNet: key heads with their value heads.
   const int64_t nK = config.n_k_heads, rv = config.n_v_heads / nK, dk = config.head_k_dim, dv = config.head_v_dim;
@@ -377,14 +362,13 @@ void Model::split_heads(Comm& c) {
     for (LayerWeights& l : weights.layers) {
       if (l.kind != LayerKind::kRecurrent) continue;
       DeltaNetWeights& d = l.dn;
-      d.wqkv = take_rows(*backend, d.wqkv, ch, split_copies);
+      d.wqkv = take_rows(*backend, *file, d.wqkv, ch, split_copies);
       d.conv = take(*backend, d.conv, ch, config.conv_kernel);
-      d.wgate = take_rows(*backend, d.wgate, scaled(vh, dv), split_copies);
+      d.wgate = take_rows(*backend, *file, d.wgate, scaled(vh, dv), split_copies);
       d.wout = d.wout.rows(e0, ne);
     }
-    config.n_k_heads = mine->nk;
-    config.n_v_heads = mine->nk * mine->ns;
   }
+  config = rank_config(config, R, me);
 }
 
 void Model::split_expert_rows(Comm& c) {
@@ -413,9 +397,9 @@ void Model::split_expert_rows(Comm& c) {
       }
       down.push_back({e * D + d0, dl});
     }
-    m.gate_exps = take_rows(*backend, m.gate_exps, gate, split_copies);
-    if (!m.fused_gate_up) m.up_exps = take_rows(*backend, m.up_exps, up, split_copies);
-    m.down_exps = take_rows(*backend, m.down_exps, down, split_copies);
+    m.gate_exps = take_rows(*backend, *file, m.gate_exps, gate, split_copies);
+    if (!m.fused_gate_up) m.up_exps = take_rows(*backend, *file, m.up_exps, up, split_copies);
+    m.down_exps = take_rows(*backend, *file, m.down_exps, down, split_copies);
     if (Fs > 0) {
       m.gate_shexp = m.gate_shexp.rows(s0, sl);
       m.up_shexp = m.up_shexp.rows(s0, sl);
