@@ -167,11 +167,14 @@ try:
     check("the user's message is shown", page.eval("document.querySelector('[data-role=user]').textContent") ==
           "Tell me a fortune.")
 
-    # 2. An answer is stopped mid-stream. The bundled model's greedy answer here is ~300 tokens, a fraction of a second:
-    # the page itself presses Stop as soon as the first text shows (a 2 ms poll in the page), so the answer is still
-    # being generated whatever the machine's speed (a Stop pressed from here, after a round trip, sometimes came after
-    # the answer had ended on a CI run).
+    # 2. An answer is stopped mid-stream. The bundled model's greedy answer here is ~300 tokens, a fraction of a second,
+    # and the page draws text at most every 50 ms: on a fast machine the answer could end before Stop. So this request
+    # asks the API to ignore end-of-generation (the page's fetch wrapped to add ignore_eos; 60000 tokens, minutes),
+    # and the page itself presses Stop as soon as the first text shows (a 2 ms poll in the page; a Stop pressed from
+    # here, after a round trip, sometimes came after the answer had ended on a CI run).
     cancelled0 = metric("tern_requests_cancelled_total")
+    page.eval("window.__fetch0 = window.fetch; window.fetch = (u, o) => { if (o && o.body) { const b = JSON.parse(o.body);"
+              " b.ignore_eos = true; o = Object.assign({}, o, {body: JSON.stringify(b)}); } return window.__fetch0(u, o); }; 1")
     page.eval("document.getElementById('reset').click(); document.getElementById('max_tokens').value = 60000;"
               "window.__stopAt = setInterval(() => { const d = document.querySelector('[data-role=assistant]');"
               " if (d && d.textContent.length > 0) { clearInterval(window.__stopAt);"
@@ -189,6 +192,7 @@ try:
     check("the server cancelled the stopped answer", metric("tern_requests_cancelled_total") > cancelled0
           and metric("tern_sequences_active") == 0)
     check("send is enabled again", page.eval("!document.getElementById('send').disabled"))
+    page.eval("window.fetch = window.__fetch0; 1")
 
     # 3. Model output is text, never markup: HTML, script and event handlers in the reasoning or the answer (also
     # inside code spans and fences) come out as the characters they are. Only the page's own markdown tags may exist.
