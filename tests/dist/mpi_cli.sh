@@ -2,7 +2,7 @@
 # `tern` under mpiexec on this machine (oversubscribed, loopback): the same output as one process for greedy and
 # seeded sampling with 2 and 3 ranks; and the job's faults end it with a message naming the rank, never a hang
 # (each launch runs under `timeout`): a rank whose model file differs, a rank that cannot open its file, commands
-# and flags that do not run across ranks yet.
+# and flags that do not run across ranks yet, a rank killed mid-run.
 # usage: mpi_cli.sh TERN_BINARY FIXTURES_DIR MPIEXEC
 set -u
 tern=$1 fixtures=$2 mpiexec=$3
@@ -49,5 +49,30 @@ expect "a rank cannot open its file" "rank 1 of 2: .*$work/missing.gguf" \
 expect "serve across ranks" "tern serve does not run across ranks yet" mpi -np 2 "$tern" serve -m "$bundled" -t 1
 expect "--mem-budget across ranks" "streaming experts .* is not supported across ranks yet" \
   mpi -np 2 "$tern" logits -m "$a" --tokens 1,2,3 -o "$work/l" -t 1 --mem-budget 64M
+
+# 3. A rank that dies mid-run (SIGKILL on rank 1 during a long generation): the job ends, and says which rank.
+mpi -np 2 "$tern" run -m "$bundled" -p "Once" -n -1 -c 65536 --ignore-eos --temp 0 -t 1 >"$work/out" 2>"$work/err" &
+job=$!
+victim=""
+for _ in $(seq 100); do  # rank 1: the tern process whose environment says so
+  for p in $(pgrep -f "$tern run -m $bundled" || true); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then victim=$p; fi
+  done
+  [ -n "$victim" ] && break
+  sleep 0.1
+done
+sleep 1  # generating by now (65536 tokens: tens of seconds)
+if [ -z "$victim" ]; then
+  echo "FAIL rank dies: rank 1 not found"; fails=$((fails + 1)); kill "$job" 2>/dev/null
+else
+  kill -9 "$victim"
+  wait "$job"
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -Eq "rank 1 .*(signal 9|Killed)" "$work/err"; then
+    echo "FAIL rank dies: exit status $rc (124: hung), stderr:"; head -20 "$work/err"; fails=$((fails + 1))
+  else
+    echo "ok   a rank that dies ends the job: $(grep -Em1 "rank 1 .*(signal 9|Killed)" "$work/err" | sed 's/^ *//')"
+  fi
+fi
 
 [ $fails -eq 0 ] && echo "all passed" || { echo "$fails failed"; exit 1; }

@@ -156,9 +156,9 @@ TEST_P(Distributed, MatchesOneProcessAndTransformers) {
     EXPECT_TRUE(same_on_every_rank(got.data(), got.size() * sizeof(float))) << pr.name << ": ranks' logits differ";
     const std::vector<float> want = teacher_forced(*p.whole, pr.tokens);
     expect_close(got, want, V, c.file + " " + pr.name, !c.quant.empty());
-    // Split heads and experts split by rows move values without summing them, and a dense FFN runs on one rank (the
-    // others add +0): the logits are then one process's bits exactly. Only whole experts per rank (expert
-    // parallel) sum a layer's output over ranks, and get the tolerance above.
+    // Split heads, experts and dense FFNs split by rows move values without summing them: the logits are then one
+    // process's bits exactly. Only whole experts per rank (expert parallel) sum a layer's output over ranks, and get
+    // the tolerance above.
     if (!(c.whole_experts || c.narrow) || p.whole->info().n_expert == 0) {
       EXPECT_EQ(got, want) << c.file << " " << pr.name << ": split vs one process, bit for bit";
     }
@@ -197,7 +197,7 @@ std::vector<Case> cases() {
   // Experts split by rows (the default): bit for bit.
   for (RepackScope s : {RepackScope::kAll, RepackScope::kNone}) {
     cs.push_back(make("q35-ratio", "q35-ratio.f16.gguf", s));
-    cs.push_back(make("dense-tiny", "dense-tiny.f16.gguf", s));  // dense FFN: one rank per layer
+    cs.push_back(make("dense-tiny", "dense-tiny.f16.gguf", s));  // dense FFN, split by rows
   }
   cs.push_back(make("q35-ratio", "q35-ratio.q4_k_m.gguf", RepackScope::kAll, "q4_k_m"));
   cs.push_back(make("q35-ratio", "q35-ratio.q4_0.gguf", RepackScope::kAll, "q4_0"));

@@ -4,6 +4,7 @@
 
 #include "models/blocks/batch.h"
 #include "models/blocks/linear.h"
+#include "models/blocks/tensor_split.h"
 #include "models/dump.h"
 
 namespace tern::models {
@@ -15,10 +16,14 @@ struct FfnWeights {
 
 struct FfnScratch {
   Scratch g, u;
+  std::vector<float> h_full, y_part, gather;  // host, split by rows: gathered SwiGLU rows, own columns, allgather
 };
 
-// x, y: [n_rows, n_embd]; y is overwritten with the block output (before the residual add).
+// x, y: [n_rows, n_embd]; y is overwritten with the block output (before the residual add). `split` (across ranks,
+// Model::distribute): gate and up hold this rank's rows split->heads.blocks[rank] of the FFN width, down its rows
+// split->rows.blocks[rank] of n_embd; the SwiGLU rows are gathered between the halves and the output columns at the
+// end (values moved, not summed: one process's bits).
 void ffn_block(backend::Backend& be, const FfnWeights& w, int layer, const float* x, int64_t n_rows, float* y, FfnScratch& s,
-               const TensorDump& dump);
+               const TensorDump& dump, const TensorSplit* split = nullptr);
 
 }  // namespace tern::models

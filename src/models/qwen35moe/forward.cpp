@@ -42,9 +42,8 @@ void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
   dump_("attn_post_norm", il, cur, {n_rows, D});
   const MoeSplit* ms = model_.moe_split.comm ? &model_.moe_split : nullptr;
   if (!c_.dense()) moe_block(be_, moe_params_, w.moe, *experts_, il, cur, n_rows, mix, moe_, dump_, ms);
-  else if (model_.owns_ffn(il)) ffn_block(be_, w.ffn, il, cur, n_rows, mix, ffn_, dump_);
-  else std::fill(mix, mix + n_rows * D, 0.0f);  // another rank runs this layer's FFN
-  if (model_.distributed() && !ms) {  // each rank holds a partial sum (its experts, and the FFN if it owns it)
+  else ffn_block(be_, w.ffn, il, cur, n_rows, mix, ffn_, dump_, model_.ffn_split.comm ? &model_.ffn_split : nullptr);
+  if (model_.distributed() && !c_.dense() && !ms) {  // expert parallel: each rank holds a partial sum
     TERN_PROFILE(prof_comm, "comm.ffn_sum", 0);
     sum_over_ranks(*model_.comm, mix, n_rows * D, reduce_);
   }

@@ -430,7 +430,21 @@ void Model::distribute(Comm& c, const SplitOptions& opt) {
     if (weights.mtp.own_head) weights.mtp.head = weights.mtp.head.rows(v0, nv);
     else weights.mtp.head = weights.output;
   }
-  if (config.dense()) return;
+  if (config.dense()) {  // the FFN by rows, as the shared expert
+    const int64_t F = config.n_ff, D = config.n_embd, A = quant::kRepackRows;
+    if (F < A * R) fail("%d ranks: the FFN (%lld rows) is too narrow to split", R, static_cast<long long>(F));
+    ffn_split.comm = &c;
+    ffn_split.heads = ColumnLayout::contiguous(F, A, R);
+    ffn_split.rows = ColumnLayout::contiguous(D, A, R);
+    const Split fs{F, A, R}, ds{D, A, R};
+    for (LayerWeights& l : weights.layers) {
+      l.ffn.gate = l.ffn.gate.rows(fs.begin(me), fs.size(me));
+      l.ffn.up = l.ffn.up.rows(fs.begin(me), fs.size(me));
+      l.ffn.down = l.ffn.down.rows(ds.begin(me), ds.size(me));
+    }
+    log::info("across %d ranks: each rank holds 1/%d of the FFN's rows", R, R);
+    return;
+  }
   // Experts by rows unless asked for whole experts, or a share would be empty (a tiny FFN on many ranks).
   const bool rows_fit = config.n_ff_exp >= static_cast<int64_t>(quant::kRepackRows) * R &&
                         (config.n_ff_shexp == 0 || config.n_ff_shexp >= static_cast<int64_t>(quant::kRepackRows) * R);

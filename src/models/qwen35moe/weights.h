@@ -82,17 +82,18 @@ struct Model {
   Config config;
   Weights weights;
   RepackScope repack_scope = RepackScope::kNone;
-  // Across ranks (distribute): `comm` of this job, this rank's vocabulary rows of the LM head [vocab.begin(rank),
-  // vocab.begin(rank + 1)); routed experts and shared experts / dense FFNs are split in the layers' MoeWeights and by
-  // owns_ffn().
+  // Across ranks (distribute): `comm` of this job and this rank's vocabulary rows of the LM head [vocab.begin(rank),
+  // vocab.begin(rank + 1)); the mixers', experts' and FFN's shares are in the splits below and the layers' weights.
   Comm* comm = nullptr;
   Split vocab;
   TensorSplit attn_split, dn_split;  // heads split across ranks (comm null: each rank runs the block whole)
   std::vector<std::shared_ptr<backend::Buffer>> split_copies;  // rows gathered by distribute (freed once repacked)
-  MoeSplit moe_split;                // routed and shared experts split by rows (comm null: whole experts)
+  MoeSplit moe_split;
+  TensorSplit ffn_split;             // a dense FFN split by rows (comm null: whole)                // routed and shared experts split by rows (comm null: whole experts)
   int64_t moe_ff_local = 0, moe_embd_local = 0;  // by rows: this rank's rows of each expert's gate/up, of its down
   bool distributed() const { return comm && comm->size() > 1; }
-  // Whether this rank runs layer il's shared expert (or dense FFN): one rank per layer, in turn.
+  // With whole experts per rank (expert parallel): whether this rank runs layer il's shared expert, one rank per
+  // layer in turn.
   bool owns_ffn(int il) const { return !distributed() || il % comm->size() == comm->rank(); }
   std::vector<std::unique_ptr<backend::Buffer>> repacked;  // owns the repacked matrices the weights point into
   // `be`: the backend to run on (null: the CPU backend).
@@ -104,7 +105,7 @@ struct Model {
   RepackReport repack(RepackScope scope);
   // Split across comm's ranks (models/model.h Model::distribute): the mixers' heads (split_heads); routed and
   // shared experts by rows (or, opt.whole_experts, routed experts in equal contiguous ranges and the shared expert
-  // on rank il % N); a dense FFN on rank il % N; the LM head (and the MTP block's own head) by vocabulary rows in
+  // on rank il % N); a dense FFN by rows; the LM head (and the MTP block's own head) by vocabulary rows in
   // multiples of 8. Before repack (the slices are what gets repacked; the rest of the file is never touched).
   void distribute(Comm& comm, const SplitOptions& opt = {});
   // The head-parallel part of distribute: attention KV heads (with their query heads) and DeltaNet key heads (with
