@@ -285,6 +285,13 @@ void Engine::print_stats() const {
     std::fprintf(stderr, "speculative decoding: %lld steps, %lld drafted, %lld accepted (acceptance %.1f%%), %.2f tokens per step\n",
                  static_cast<long long>(ds.steps), static_cast<long long>(ds.drafted), static_cast<long long>(ds.accepted),
                  100.0 * ds.acceptance(), ds.tokens_per_step());
+  const Comm& comm = world();
+  if (comm.size() > 1) {
+    const CommStats& cs = comm.stats();
+    std::fprintf(stderr, "rank %d of %d: %lld collectives, %s sent, %.3f s in them (%.1f us each, waiting for the "
+                 "slowest rank included)\n", comm.rank(), comm.size(), static_cast<long long>(cs.calls),
+                 format_bytes(cs.bytes).c_str(), cs.seconds, cs.calls ? 1e6 * cs.seconds / static_cast<double>(cs.calls) : 0.0);
+  }
   std::fprintf(stderr, "memory: resident %s now, %s peak; plan %s%s%s\n", format_bytes(rss.now).c_str(),
                format_bytes(rss.peak).c_str(), format_bytes(plan_.total()).c_str(),
                plan_.budget ? ", budget " : "", plan_.budget ? format_bytes(plan_.budget).c_str() : "");
