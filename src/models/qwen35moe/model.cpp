@@ -52,7 +52,13 @@ uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
   return static_cast<uint64_t>((per_row * rows + logits) * 4);
 }
 
-WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool repack_experts) {
+namespace {
+
+// Resident weight bytes, each tensor counted at share(name) of its bytes (1: a whole model; a rank's fraction:
+// rank_weight_bytes), and extra_share of a tied head's repacked copy.
+template <class Share>
+WeightBytes shared_weight_bytes(const gguf::File& f, const Config& c, bool repack, bool repack_experts, Share share,
+                                double extra_share) {
   WeightBytes w;
   const int64_t n_blocks = c.n_layer + (c.n_nextn > 0 ? 1 : 0);  // the trunk and the first MTP block
   w.expert_bytes.assign(static_cast<size_t>(n_blocks), 0);
@@ -60,7 +66,8 @@ WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool
     const int64_t il = gguf::block_index(t.name);
     if (il >= n_blocks) continue;  // MTP blocks past the first: never loaded
     w.repacked |= tensor_repacked(t, c, repack, repack_experts);
-    const uint64_t bytes = resident_tensor_bytes(t, c, repack, repack_experts);
+    const auto bytes = static_cast<uint64_t>(static_cast<double>(resident_tensor_bytes(t, c, repack, repack_experts)) *
+                                             share(t.name));
     if (il == c.n_layer) w.mtp += bytes;
     if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
       w.experts += bytes;
@@ -69,12 +76,18 @@ WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool
       w.dense += bytes;
     }
   }
-  w.dense += repack_extra_bytes(f, c, repack);
-  // A draft vocabulary: the MTP head's copy of those rows (repacked with the rest).
+  w.dense += static_cast<uint64_t>(static_cast<double>(repack_extra_bytes(f, c, repack)) * extra_share);
+  // A draft vocabulary: the MTP head's copy of those rows (repacked with the rest; on every rank).
   const uint64_t dv = draft_vocab_bytes(f, c, repack);
   w.dense += dv;
   w.mtp += dv;
   return w;
+}
+
+}  // namespace
+
+WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool repack_experts) {
+  return shared_weight_bytes(f, c, repack, repack_experts, [](std::string_view) { return 1.0; }, 1.0);
 }
 
 StateShape Shape::state_shape() const { return qwen35moe::state_shape(ranks_ > 1 ? local_ : c_); }
@@ -96,28 +109,7 @@ WeightBytes rank_weight_bytes(const gguf::File& f, const Config& c, const Config
     if (has("ssm_out.")) return dn ? 1 / R : 1;
     return 1;  // embeddings (a lookup), norms, routers, the shared expert's gate, beta / alpha: on every rank
   };
-  WeightBytes w;
-  const int64_t n_blocks = c.n_layer + (c.n_nextn > 0 ? 1 : 0);
-  w.expert_bytes.assign(static_cast<size_t>(n_blocks), 0);
-  for (const gguf::TensorInfo& t : f.tensors()) {
-    const int64_t il = gguf::block_index(t.name);
-    if (il >= n_blocks) continue;
-    w.repacked |= tensor_repacked(t, c, repack, repack_experts);
-    const auto bytes = static_cast<uint64_t>(static_cast<double>(resident_tensor_bytes(t, c, repack, repack_experts)) *
-                                             share(t.name));
-    if (il == c.n_layer) w.mtp += bytes;
-    if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
-      w.experts += bytes;
-      w.expert_bytes[static_cast<size_t>(il)] += bytes / static_cast<uint64_t>(c.n_expert);
-    } else {
-      w.dense += bytes;
-    }
-  }
-  w.dense += static_cast<uint64_t>(static_cast<double>(repack_extra_bytes(f, c, repack)) / R);  // a tied head's rows
-  const uint64_t dv = draft_vocab_bytes(f, c, repack);
-  w.dense += dv;
-  w.mtp += dv;
-  return w;
+  return shared_weight_bytes(f, c, repack, repack_experts, share, 1 / R);  // a tied head's rows: 1/R
 }
 
 LoadedModel::LoadedModel(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be)
