@@ -10,7 +10,7 @@ then the FFN:
   expert parallel (--expert-parallel): its whole experts (contiguous ranges of 1/N of them; at batch 1 the slowest
     rank is the one holding most of the token's top-k, found by sampling uniform routings) plus the shared expert
     on rank il % N, and one sum over ranks (an allgather of n_embd floats).
-Per token: 1/N of the LM head rows and a gather of the logits. Ranks wait for each other at every collective, so a
+Per token: 1/N of the LM head rows and the sampling step's candidates (each rank's top 40, not the logits). Ranks wait for each other at every collective, so a
 layer costs its slowest rank.
 
 Compute time = bytes read / (node bandwidth x efficiency); a collective on N ranks of m bytes per rank costs
@@ -77,6 +77,9 @@ def expected_max_experts(experts: int, top_k: int, n: int, trials: int = 4000, s
     return total / trials
 
 
+SAMPLE_TOP_K = 40
+
+
 def token_time(g: dict, n: int, net: dict, bw: float, eff: float, whole_experts: bool = False) -> tuple[float, float, dict]:
     """Seconds per decode token on n nodes: (total, of which communication, parameter counts)."""
     D, B = g["embd"], BYTES_PER_PARAM
@@ -117,7 +120,9 @@ def token_time(g: dict, n: int, net: dict, bw: float, eff: float, whole_experts:
         t += count * (mix + router * B / speed + ffn_time())
         comm += count * (c_mix + c_ffn)
     t += head * B / speed / n
-    comm += allgather(g["vocab"] * 4 / n, n, net)
+    # The sampling step: each rank's best top_k (40, the default) candidates of its vocabulary rows, 8 bytes each
+    # (runtime::Sampler on a LogitsRow); greedy sends one. The logits rows themselves stay on their ranks.
+    comm += allgather(SAMPLE_TOP_K * 8, n, net)
     active = n_attn * attn + n_dn * dn + g["layers"] * (g["top_k"] * expert + shared + router) + head
     total = n_attn * attn + n_dn * dn + g["layers"] * (g["experts"] * expert + shared + router) + 2 * head
     return t + comm, comm, dict(active=active, total=total, emax=emax, attn_split=attn_split, dn_split=dn_split)

@@ -77,9 +77,17 @@ static RunFn setup_bench(CLI::App& app) {
     if (o->engine.n_ctx == 0) o->engine.n_ctx = max_depth + std::max(o->n_prompt, o->n_gen) + 1;
     runtime::Engine engine(o->engine);
     const int64_t V = engine.info().n_vocab;
+    // Across ranks the forwards return each rank's own logits columns (the rows are not used here, as in
+    // llama-bench); a decode step then ends with the reduction a greedy step needs instead of a gather of the rows.
+    models::LocalLogits local(engine.model());
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(V - 1));
     auto seq = engine.new_sequence();
+    auto decode_one = [&](int32_t tok) {
+      const std::vector<float>& lg = engine.eval(*seq, {tok});
+      const models::LogitsShare sh = engine.model().logits_share();
+      if (sh.comm) runtime::argmax(runtime::LogitsRow{lg.data(), V, sh.first, sh.count, sh.comm});
+    };
     using clock = std::chrono::steady_clock;
     auto random_tokens = [&](int n) {
       std::vector<int32_t> toks(n);
@@ -102,15 +110,15 @@ static RunFn setup_bench(CLI::App& app) {
       start_at(depth);
       auto t0 = clock::now();
       if (!loop.drafting()) {
-        for (int i = 0; i < o->n_gen; ++i) engine.eval(*seq, {pick(rng)});
+        for (int i = 0; i < o->n_gen; ++i) decode_one(pick(rng));
       } else {  // greedy generation through the decode loop: drafts verified
         runtime::DecodeSeq ds;
         ds.state = seq.get();
         std::vector<runtime::DecodeSeq*> one = {&ds};
         int n = 0;
         int32_t last = pick(rng);
-        auto take = [&](size_t, const float* logits, int32_t) {
-          last = runtime::argmax(logits, V);
+        auto take = [&](size_t, const runtime::LogitsRow& logits, int32_t) {
+          last = runtime::argmax(logits);
           if (++n >= o->n_gen) ds.stopped = true;
           return last;
         };
@@ -213,7 +221,7 @@ static RunFn setup_bench(CLI::App& app) {
     profile::reset();
     profile::set_enabled(true);
     auto t0 = clock::now();
-    for (int i = 0; i < o->n_gen; ++i) engine.eval(*seq, {pick(rng)});
+    for (int i = 0; i < o->n_gen; ++i) decode_one(pick(rng));
     const double total = std::chrono::duration<double>(clock::now() - t0).count();
     profile::set_enabled(false);
     const double per = 1.0 / o->n_gen;

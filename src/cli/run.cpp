@@ -50,14 +50,13 @@ int run_token_mode(RunOptions& o) {
     fail("prompt (%zu tokens) + %d to generate exceeds the context size %lld (raise -c)", prompt.size(),
          o.gen.n_predict, static_cast<long long>(engine.n_ctx()));
   for (int32_t t : prompt) sampler.accept(t);
-  const int64_t V = engine.info().n_vocab;
   // The decode loop (speculative when the model drafts): every taken token is printed, end tokens included.
   std::vector<int32_t> out;
   runtime::DecodeSeq ds;
   ds.state = seq.get();
   std::vector<runtime::DecodeSeq*> one = {&ds};
-  auto pick = [&](size_t, const float* logits, int32_t) {
-    const int32_t tok = sampler.sample(logits, V);
+  auto pick = [&](size_t, const runtime::LogitsRow& logits, int32_t) {
+    const int32_t tok = sampler.sample(logits);
     sampler.accept(tok);
     out.push_back(tok);
     if (static_cast<int>(out.size()) >= o.gen.n_predict) ds.stopped = true;

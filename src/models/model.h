@@ -72,6 +72,14 @@ struct DraftInput {
   bool all_logits = false;
 };
 
+// Which logits columns the last forward() / forward_draft() returned: [first, first + count) of n_vocab. All of
+// them (comm null) unless the model runs across ranks with local logits on (Model::set_local_logits): then this
+// rank's share of the vocabulary, and `comm` reaches the other ranks' shares (runtime::LogitsRow reduces them).
+struct LogitsShare {
+  int64_t first = 0, count = 0;
+  Comm* comm = nullptr;
+};
+
 // How Model::distribute splits routed experts across ranks.
 struct SplitOptions {
   // Expert parallel: each rank holds 1/N of the experts, whole, and a layer's output is summed over ranks (at batch
@@ -130,9 +138,29 @@ class Model : public ModelShape {
   // like forward(). Throws Error (without touching any state) for a model without a draft block, a row count
   // mismatch, a token out of range or a draft state past its context.
   virtual const std::vector<float>& forward_draft(std::vector<DraftInput>& batch) = 0;
+  // Across ranks (after distribute()): with `on`, forward() and forward_draft() return rows of this rank's own
+  // vocabulary columns [n_out, logits_share().count] instead of gathering every rank's: a caller that samples
+  // reduces candidates across ranks (runtime::Sampler, runtime::argmax on a LogitsRow) instead of moving n_vocab
+  // floats per row. Off by default; no effect where the LM head is not split.
+  virtual void set_local_logits(bool on) { (void)on; }
+  virtual bool local_logits() const { return false; }
+  virtual LogitsShare logits_share() const { return {0, info().n_vocab, nullptr}; }
   virtual bool experts_streamed() const = 0;
   virtual int64_t expert_slots() const = 0;
   virtual ExpertCacheStats expert_stats() const = 0;
+};
+
+// Local logits (Model::set_local_logits) for the life of this object, then as before.
+class LocalLogits {
+ public:
+  explicit LocalLogits(Model& m) : m_(m), was_(m.local_logits()) { m_.set_local_logits(true); }
+  ~LocalLogits() { m_.set_local_logits(was_); }
+  LocalLogits(const LocalLogits&) = delete;
+  LocalLogits& operator=(const LocalLogits&) = delete;
+
+ private:
+  Model& m_;
+  bool was_;
 };
 
 }  // namespace tern::models

@@ -20,13 +20,6 @@ double seconds_since(clock_t_::time_point t0) {
 void ema(double& v, double x) { v = v > 0 ? 0.8 * v + 0.2 * x : x; }
 
 // Probability of the top token of a logits row (softmax), for --draft-min-p.
-double top_prob(const float* row, int64_t V, int32_t top) {
-  double z = 0;
-  const double m = row[top];
-  for (int64_t i = 0; i < V; ++i) z += std::exp(static_cast<double>(row[i]) - m);
-  return 1.0 / z;
-}
-
 constexpr double kMargin = 1.03;       // drafting is chosen when it promises at least 3% more tokens per second
 constexpr size_t kProbeRows = 4;      // a probe after idle steps writes only the latest this many rows
 
@@ -113,8 +106,12 @@ void DecodeLoop::step(std::vector<DecodeSeq*>& seqs, const Pick& pick) {
   std::vector<int64_t> p0(batch_.size());
   for (size_t b = 0; b < batch_.size(); ++b) p0[b] = batch_[b].state->n_past();
 
+  // Across ranks each rank gets its own vocabulary columns and picks reduce candidates (runtime::LogitsRow).
+  models::LocalLogits local(model_);
   const auto t0 = clock_t_::now();
   const std::vector<float>& logits = model_.forward(batch_);
+  const models::LogitsShare sh = model_.logits_share();
+  const int64_t W = sh.count;  // columns per row
   const double dt = seconds_since(t0);
   ++stats_.forwards;
   if (batch_.size() == 1 && seqs[which[0]]->sample && seqs[which[0]]->feed.size() == 1) {  // a decode step
@@ -136,12 +133,12 @@ void DecodeLoop::step(std::vector<DecodeSeq*>& seqs, const Pick& pick) {
     int32_t taken = -1;
     if (s.sample) {
       const int k = static_cast<int>(t.drafts.size());
-      const float* rows = logits.data() + (row + n_rows - 1 - k) * V_;
+      const float* rows = logits.data() + (row + n_rows - 1 - k) * W;
       int a = 0;
       for (int j = 0; j <= k; ++j) {
         const int32_t d = j < k ? t.drafts[j] : -1;
         s.n_past = p0[b] + static_cast<int64_t>(s.feed.size()) + j;
-        taken = pick(which[b], rows + static_cast<int64_t>(j) * V_, d);
+        taken = pick(which[b], LogitsRow{rows + static_cast<int64_t>(j) * W, V_, sh.first, W, sh.comm}, d);
         ++stats_.tokens;
         if (d >= 0 && taken == d) ++a;
         if (taken != d || s.stopped) break;
@@ -228,8 +225,18 @@ void DecodeLoop::draft_next(std::vector<Track*>& todo, const std::vector<int32_t
     want.push_back(s.k);
   }
   if (dbatch_.empty()) return;
+  models::LocalLogits local(model_);
   auto t0 = clock_t_::now();
   const std::vector<float>* lg = &model_.forward_draft(dbatch_);
+  // The draft's top token of row i (and whether it clears --draft-min-p); every rank gets the same answer.
+  auto top = [&](int64_t i, bool& sure) {
+    const models::LogitsShare sh = model_.logits_share();
+    const LogitsRow r{lg->data() + i * sh.count, V_, sh.first, sh.count, sh.comm};
+    float v = 0;
+    const int32_t d = argmax(r, &v);
+    sure = !(o_.min_p > 0) || !(top_prob(r, v) < o_.min_p);
+    return d;
+  };
   double dt = seconds_since(t0);
   std::vector<std::vector<float>> g(dbatch_.size());
   {
@@ -247,9 +254,9 @@ void DecodeLoop::draft_next(std::vector<Track*>& todo, const std::vector<int32_t
     Track* s = chain[b];
     s->draft_true = s->state->draft()->n_past();  // every row of this forward is a true one
     s->row_ahead = true;
-    const float* row = lg->data() + static_cast<int64_t>(b) * V_;
-    const int32_t d = argmax(row, V_);
-    if (o_.min_p > 0 && top_prob(row, V_, d) < o_.min_p) continue;
+    bool sure = true;
+    const int32_t d = top(static_cast<int64_t>(b), sure);
+    if (!sure) continue;
     s->drafts.push_back(d);
     next[b] = d;
   }
@@ -276,10 +283,10 @@ void DecodeLoop::draft_next(std::vector<Track*>& todo, const std::vector<int32_t
     const std::vector<float>& h = model_.hidden();
     for (size_t i = 0; i < from.size(); ++i) {
       const size_t b = from[i];
-      const float* row = lg->data() + static_cast<int64_t>(i) * V_;
-      const int32_t d = argmax(row, V_);
+      bool sure = true;
+      const int32_t d = top(static_cast<int64_t>(i), sure);
       g[b].assign(h.begin() + static_cast<int64_t>(i) * D_, h.begin() + static_cast<int64_t>(i + 1) * D_);
-      if (o_.min_p > 0 && top_prob(row, V_, d) < o_.min_p) {
+      if (!sure) {
         next[b] = -1;
         continue;
       }

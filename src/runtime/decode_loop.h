@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "runtime/sampler.h"
 
 namespace tern::runtime {
 
@@ -64,10 +65,12 @@ class DecodeLoop {
   // Drops the bookkeeping of a state about to be destroyed.
   void forget(const models::SequenceState* st) { tracks_.erase(st); }
 
-  // The caller's choice for one row of one sequence: `logits` is the row, `draft` the token the draft proposes
-  // next (-1: none). Returns the token the sequence takes (drawn from the row as without drafting),
-  // having emitted it; sets s.stopped to take no further token. A token equal to `draft` accepts it.
-  using Pick = std::function<int32_t(size_t seq, const float* logits, int32_t draft)>;
+  // The caller's choice for one row of one sequence: `logits` is the row (across ranks, this rank's columns of it:
+  // sample it with Sampler::sample(const LogitsRow&) or argmax(const LogitsRow&), which every rank calls alike),
+  // `draft` the token the draft proposes next (-1: none). Returns the token the sequence takes (drawn from the row
+  // as without drafting), having emitted it; sets s.stopped to take no further token. A token equal to `draft`
+  // accepts it.
+  using Pick = std::function<int32_t(size_t seq, const LogitsRow& logits, int32_t draft)>;
 
   // One step over all sequences (see the file comment). Sequences with an empty feed are skipped. Throws what the
   // forward throws (states untouched).

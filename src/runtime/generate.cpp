@@ -40,7 +40,6 @@ GenerateResult generate(Engine& engine, models::SequenceState& seq, const text::
     fail("prompt too long: %zu tokens (+%lld already in the sequence) exceed the context size %lld (raise -c)",
          prompt.size(), static_cast<long long>(seq.n_past()), static_cast<long long>(seq.n_ctx()));
   const std::vector<int32_t> eog = end_of_generation_ids(tok);
-  const int64_t V = engine.info().n_vocab;
   for (int32_t t : prompt) sampler.accept(t);
 
   text::StreamDecoder dec(tok, /*skip_special=*/false);
@@ -60,8 +59,8 @@ GenerateResult generate(Engine& engine, models::SequenceState& seq, const text::
   ds.state = &seq;
   std::vector<DecodeSeq*> one = {&ds};
   // Each token the loop takes: sampled (the loop keeps a draft token when the draw equals it), then emitted.
-  auto pick = [&](size_t, const float* logits, int32_t) -> int32_t {
-    const int32_t tok_id = sampler.sample(logits, V);
+  auto pick = [&](size_t, const LogitsRow& logits, int32_t) -> int32_t {
+    const int32_t tok_id = sampler.sample(logits);
     sampler.accept(tok_id);
     res.tokens.push_back(tok_id);
     auto stop = [&](StopReason r) {

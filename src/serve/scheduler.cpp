@@ -331,8 +331,10 @@ void Scheduler::step(std::vector<Job*>& jobs) {
   const int64_t V = engine_.info().n_vocab;
   int64_t n_sampled = 0;
   std::vector<Job*> ended;  // finished by a token this step: their answers go to the prefix cache after the step
-  auto pick = [&](size_t i, const float* raw, int32_t) -> int32_t {
+  auto pick = [&](size_t i, const runtime::LogitsRow& whole, int32_t) -> int32_t {
     Job& j = *owner[i];
+    if (whole.split()) fail("internal: the server samples whole logits rows (it does not run across ranks)");
+    const float* raw = whole.data;
     const float* row = raw;
     int32_t tok;
     try {

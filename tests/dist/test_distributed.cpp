@@ -23,6 +23,7 @@
 #include "models/model.h"
 #include "models/registry.h"
 #include "models/model_refs.h"
+#include "runtime/decode_loop.h"
 #include "runtime/sampler.h"
 #ifdef TERN_MPI
 #include "dist/mpi.h"
@@ -237,6 +238,131 @@ TEST(DistributedDraft, MtpRowsMatchOneProcess) {
   EXPECT_TRUE(same_on_every_rank(draft[0].data(), draft[0].size() * sizeof(float)));
   expect_close(draft[0], draft[1], V, "q35-mtp draft rows");
   EXPECT_EQ(draft[0], draft[1]) << "draft rows, experts split by rows: bit for bit";
+}
+
+// Sampling from each rank's share of a row (runtime::LogitsRow) against sampling the whole row: the same token on
+// every rank, draw after draw (the same generator steps), for greedy, penalties, top-k / top-p / min-p, top-k off
+// (the row is gathered), ties across ranks and NaN logits. One process: the shares are the whole row (trivially).
+TEST(DistributedSampling, SharesGiveTheWholeRowsToken) {
+  Comm& c = world();
+  const int64_t V = 1003;  // shares as the LM head's: multiples of 8, the last rank takes the rest
+  const Split split{V, 8, c.size()};
+  const int64_t first = split.begin(c.rank()), count = split.size(c.rank());
+  runtime::SamplingParams greedy;
+  greedy.temperature = 0;
+  runtime::SamplingParams greedy_pen = greedy;
+  greedy_pen.repeat_penalty = 1.3f;
+  greedy_pen.presence_penalty = -0.4f;  // raises the logits of recent tokens
+  runtime::SamplingParams dflt;  // temperature 0.8, top-k 40, top-p 0.95, min-p 0.05
+  runtime::SamplingParams hot = dflt;
+  hot.temperature = 1.7f, hot.top_k = 7, hot.top_p = 1.0f, hot.min_p = 0.0f, hot.frequency_penalty = 0.5f;
+  hot.penalty_last_n = -1;
+  runtime::SamplingParams no_top_k = dflt;
+  no_top_k.top_k = 0, no_top_k.top_p = 0.9f;
+  runtime::SamplingParams wide_k = dflt;
+  wide_k.top_k = 400;  // R x 400 candidates cost more than the row: gathered
+  int which = 0;
+  for (const runtime::SamplingParams& sp : {greedy, greedy_pen, dflt, hot, no_top_k, wide_k}) {
+    ++which;
+    runtime::Sampler whole(sp), shared(sp);
+    std::vector<float> row(static_cast<size_t>(V));
+    for (int draw = 0; draw < 120; ++draw) {
+      // Coarse values (many exact ties, some across ranks), a peaked row now and then, NaNs in some rows.
+      for (int64_t i = 0; i < V; ++i) {
+        const float x = std::sin(0.731f * static_cast<float>(i * (draw + 3)) + static_cast<float>(draw));
+        row[static_cast<size_t>(i)] = std::round(x * (draw % 3 == 0 ? 40.0f : 6.0f)) / 4.0f;
+      }
+      if (draw % 5 == 1) row[static_cast<size_t>((draw * 131) % V)] = NAN, row[0] = NAN;
+      const int32_t want = whole.sample(row.data(), V);
+      const int32_t got = shared.sample(runtime::LogitsRow{row.data() + first, V, first, count, &c});
+      EXPECT_EQ(got, want) << "params " << which << " draw " << draw << " rank " << c.rank();
+      whole.accept(want);
+      shared.accept(got);
+      float v_whole = 0, v_shared = 0;
+      const int32_t a = runtime::argmax(runtime::LogitsRow::whole(row.data(), V), &v_whole);
+      const runtime::LogitsRow share{row.data() + first, V, first, count, &c};
+      EXPECT_EQ(runtime::argmax(share, &v_shared), a) << "draw " << draw;
+      EXPECT_EQ(v_shared, v_whole);
+      const double p_whole = runtime::top_prob(runtime::LogitsRow::whole(row.data(), V), v_whole);
+      const double p_shared = runtime::top_prob(share, v_shared);
+      if (!std::isnan(p_whole)) EXPECT_NEAR(p_shared, p_whole, 1e-12 * p_whole) << "draw " << draw;
+    }
+  }
+  // Every logit NaN: the same error on every rank (the whole row's), never a hang.
+  std::vector<float> nan_row(static_cast<size_t>(V), NAN);
+  runtime::Sampler s(dflt);
+  EXPECT_THROW(s.sample(runtime::LogitsRow{nan_row.data() + first, V, first, count, &c}), Error);
+  EXPECT_EQ(runtime::argmax(runtime::LogitsRow{nan_row.data() + first, V, first, count, &c}), 0);
+}
+
+// The decode loop across ranks: each rank's forward returns its own vocabulary columns and picks reduce candidates
+// (no gather of the rows): the same greedy and seeded-sampled tokens as one process, drafting or not, and a decode
+// step sends fewer bytes than the logits row alone.
+TEST(DistributedSampling, DecodeLoopMatchesOneProcessWithoutGatheringRows) {
+  Pair p(kModels / "q35-mtp.bf16.gguf", RepackScope::kAll);
+  const int64_t V = p.whole->info().n_vocab;
+  const std::vector<int32_t> prompt = test::read_prompts(kModels / "q35-mtp" / "ref_hf.json").front().tokens;
+  auto generate = [&](models::Model& m, int draft, bool sampled, CommStats* step_cost) {
+    runtime::DraftOptions o;
+    o.max = draft;
+    o.adaptive = false;  // the measured choice differs by rank; across ranks the length is fixed
+    runtime::DecodeLoop loop(m, o);
+    auto st = p.state(m);
+    runtime::SamplingParams sp;
+    if (!sampled) sp.temperature = 0;
+    runtime::Sampler smp(sp);
+    for (int32_t t : prompt) smp.accept(t);
+    runtime::DecodeSeq ds;
+    ds.state = st.get();
+    ds.feed = prompt;
+    ds.sample = true;
+    std::vector<runtime::DecodeSeq*> one = {&ds};
+    std::vector<int32_t> out;
+    auto pick = [&](size_t, const runtime::LogitsRow& row, int32_t) {
+      const int32_t t = smp.sample(row);
+      smp.accept(t);
+      out.push_back(t);
+      if (out.size() >= 24) ds.stopped = true;
+      return t;
+    };
+    while (out.size() < 24) {
+      const CommStats before = world().stats();
+      loop.step(one, pick);
+      if (step_cost && out.size() > 1 && step_cost->calls == 0) {  // one decode step (not the prompt's)
+        step_cost->calls = world().stats().calls - before.calls;
+        step_cost->bytes = world().stats().bytes - before.bytes;
+      }
+      ds.feed = {out.back()};
+    }
+    out.resize(24);
+    return out;
+  };
+  // Bytes one forward of one token sends with the rows gathered (what each step cost before).
+  uint64_t gathered_step = 0;
+  {
+    auto st = p.state(*p.split);
+    std::vector<SeqInput> b(1);
+    b[0] = {st.get(), {prompt[0]}, false};
+    const uint64_t before = world().stats().bytes;
+    p.split->forward(b);
+    gathered_step = world().stats().bytes - before;
+  }
+  for (int draft : {0, 2})
+    for (bool sampled : {false, true}) {
+      CommStats cost;
+      const std::vector<int32_t> got = generate(*p.split, draft, sampled, draft == 0 ? &cost : nullptr);
+      EXPECT_TRUE(same_on_every_rank(got.data(), got.size() * sizeof(int32_t)));
+      EXPECT_EQ(got, generate(*p.whole, draft, sampled, nullptr)) << "draft " << draft << " sampled " << sampled;
+      if (draft == 0 && world().size() > 1) {
+        // One decode step: the layers' gathers plus a few candidates instead of this rank's logits columns.
+        const uint64_t share = static_cast<uint64_t>(V / world().size()) * sizeof(float);
+        EXPECT_LE(cost.bytes + share / 2, gathered_step) << "sampled " << sampled;
+        if (world().rank() == 0)
+          std::printf("[decode step, %d ranks, %s] %lld collectives, %llu bytes sent by rank 0 (gathering the row: "
+                      "%llu)\n", world().size(), sampled ? "sampled" : "greedy", static_cast<long long>(cost.calls),
+                      static_cast<unsigned long long>(cost.bytes), static_cast<unsigned long long>(gathered_step));
+      }
+    }
 }
 
 // The cross-rank sum: every rank gets the same bits, the rank-ordered sum.

@@ -87,7 +87,6 @@ class OracleDraft : public models::Model {
 std::vector<std::vector<int32_t>> generate(models::Model& model, DecodeLoop& loop,
                                            const std::vector<models::SequenceState*>& states,
                                            const std::vector<std::vector<int32_t>>& prompts, int n) {
-  const int64_t V = model.info().n_vocab;
   std::vector<DecodeSeq> ds(prompts.size());
   std::vector<DecodeSeq*> seqs;
   std::vector<std::vector<int32_t>> out(prompts.size());
@@ -97,8 +96,8 @@ std::vector<std::vector<int32_t>> generate(models::Model& model, DecodeLoop& loo
     ds[i].sample = true;
     seqs.push_back(&ds[i]);
   }
-  auto pick = [&](size_t i, const float* logits, int32_t) {
-    const int32_t t = argmax(logits, V);
+  auto pick = [&](size_t i, const LogitsRow& logits, int32_t) {
+    const int32_t t = argmax(logits);
     out[i].push_back(t);
     if (static_cast<int>(out[i].size()) >= n) ds[i].stopped = true;
     return t;
@@ -179,8 +178,8 @@ TEST_P(DecodeLoopTest, DraftRowsAreTheReferenceRows) {
   ds.sample = true;
   std::vector<DecodeSeq*> one = {&ds};
   while (got.size() < 17) {  // never stopped: the last step drafts too
-    loop.step(one, [&](size_t, const float* logits, int32_t) {
-      got.push_back(argmax(logits, V));
+    loop.step(one, [&](size_t, const LogitsRow& logits, int32_t) {
+      got.push_back(argmax(logits));
       return got.back();
     });
     ds.feed = {got.back()};
@@ -284,8 +283,8 @@ TEST_P(DecodeLoopTest, SampledDistributionWithDraftsEqualsWithout) {
     d.sample = true;
     std::vector<DecodeSeq*> one = {&d};
     std::vector<int32_t> out;
-    auto pick = [&](size_t, const float* logits, int32_t) {
-      const int32_t t = smp.sample(logits, V);
+    auto pick = [&](size_t, const LogitsRow& logits, int32_t) {
+      const int32_t t = smp.sample(logits);
       smp.accept(t);
       out.push_back(t);
       if (out.size() >= 3) d.stopped = true;
@@ -338,7 +337,6 @@ TEST_P(DecodeLoopTest, SampledDistributionWithDraftsEqualsWithout) {
 // tokens with drafting as without: with an oracle's drafts (the greedy path, which sampling leaves often, so
 // drafts are taken and rejected) and with the file's own MTP block, one sequence and three in one batch.
 TEST_P(DecodeLoopTest, SampledWithDraftsEqualsWithoutForEverySeed) {
-  const int64_t V = model_->info().n_vocab;
   const int n = 12;
   auto run = [&](models::Model& m, DecodeLoop& loop, uint64_t seed, OracleDraft* oracle) {
     std::vector<std::unique_ptr<Sampler>> smp;
@@ -363,9 +361,9 @@ TEST_P(DecodeLoopTest, SampledWithDraftsEqualsWithoutForEverySeed) {
       ds[i].sample = true;
     }
     std::vector<size_t> which;  // index in the step's batch -> sequence
-    auto pick = [&](size_t b, const float* logits, int32_t) {
+    auto pick = [&](size_t b, const LogitsRow& logits, int32_t) {
       const size_t i = which[b];
-      const int32_t t = smp[i]->sample(logits, V);
+      const int32_t t = smp[i]->sample(logits);
       smp[i]->accept(t);
       out[i].push_back(t);
       if (static_cast<int>(out[i].size()) >= n) ds[i].stopped = true;
@@ -415,14 +413,13 @@ TEST_P(DecodeLoopTest, RestoredStateAtTheSamePositionStartsAfresh) {
   DecodeLoop loop(*model_, o), plain(*model_, DraftOptions{});
   auto st = make_states(*model_, 3);
   // A request that runs a few steps and is then cancelled between steps (its next drafts already proposed).
-  const int64_t V = model_->info().n_vocab;
   DecodeSeq d;
   d.state = st[0].get();
   d.feed = prompts_[1];
   d.sample = true;
   std::vector<DecodeSeq*> one = {&d};
   int32_t last = -1;
-  auto pick = [&](size_t, const float* logits, int32_t) { return last = argmax(logits, V); };
+  auto pick = [&](size_t, const LogitsRow& logits, int32_t) { return last = argmax(logits); };
   for (int i = 0; i < 6; ++i) {
     loop.step(one, pick);
     d.feed = {last};

@@ -20,7 +20,8 @@ Forward::Forward(const Model& model, TensorDump dump, int64_t expert_slots)
       moe_params_(c_.moe()),
       dump_(std::move(dump)),
       experts_(expert_slots > 0 ? std::make_unique<ExpertStore>(model.expert_layout(), expert_slots)
-                                : std::make_unique<ExpertStore>(model.expert_layout())) {}
+                                : std::make_unique<ExpertStore>(model.expert_layout())),
+      share_{0, model.config.n_vocab, nullptr} {}
 
 void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
   const LayerWeights& w = model_.weights.layers[il];
@@ -91,6 +92,7 @@ const std::vector<float>& Forward::head(const Linear& w, const float* norm_w, in
     hid_rows_.read(hidden_.data(), hidden_.size() * sizeof(float));
   }
   dump_("result_norm", -1, rows, {n_out, D});
+  share_ = {0, V, nullptr};
   const int64_t cols = vocab ? static_cast<int64_t>(vocab->size()) : V;
   float* logits = logits_dev_.grow<float>(be_, n_out * cols);
   if (!vocab && model_.distributed()) {  // this rank's vocabulary rows; every rank's, gathered
@@ -102,6 +104,10 @@ const std::vector<float>& Forward::head(const Linear& w, const float* norm_w, in
     be_.matmul(w, rows, n_out, logits);
     part_.resize(static_cast<size_t>(n_out * mine));
     logits_dev_.read(part_.data(), part_.size() * sizeof(float));
+    if (local_logits_) {  // the caller reduces across ranks (models/model.h LogitsShare)
+      share_ = {model_.vocab.begin(comm.rank()), mine, model_.comm};
+      return part_;
+    }
     logits_.resize(static_cast<size_t>(n_out * V));
     TERN_PROFILE(prof_comm, "comm.logits", 0);
     gather_columns(*model_.comm, ColumnLayout::contiguous(V, quant::kRepackRows, R), part_.data(), n_out, logits_.data(),

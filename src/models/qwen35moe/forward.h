@@ -30,6 +30,10 @@ class Forward {
   // The MTP block over (token, hidden) rows appended to each sequence's draft state (models/model.h DraftInput).
   const std::vector<float>& run_draft(std::vector<DraftInput>& batch);
   const std::vector<float>& hidden() const { return hidden_; }
+  // Local logits across ranks (models/model.h Model::set_local_logits) and the columns the last head returned.
+  void set_local_logits(bool on) { local_logits_ = on; }
+  bool local_logits() const { return local_logits_; }
+  const LogitsShare& logits_share() const { return share_; }
 
  private:
   void layer(int il, const std::vector<Segment>& segs, int64_t n_rows);
@@ -55,6 +59,8 @@ class Forward {
   std::vector<float> sub_logits_;   // host: logits over a draft vocabulary
   std::vector<float> reduce_;       // host: every rank's partial FFN sums (distributed)
   std::vector<float> part_, gathered_;  // host: this rank's logits rows, every rank's (distributed)
+  bool local_logits_ = false;
+  LogitsShare share_;
   AttentionScratch attn_;
   DeltaNetScratch dn_;
   MoeScratch moe_;

@@ -73,6 +73,11 @@ class LoadedModel : public models::Model {
   const std::vector<float>& hidden() const override;
   bool can_draft() const override { return m_->weights.has_mtp; }
   const std::vector<float>& forward_draft(std::vector<DraftInput>& batch) override;
+  void set_local_logits(bool on) override {
+    if (fwd_) fwd_->set_local_logits(on);
+  }
+  bool local_logits() const override { return fwd_ && fwd_->local_logits(); }
+  LogitsShare logits_share() const override { return fwd_ ? fwd_->logits_share() : Model::logits_share(); }
   bool experts_streamed() const override { return fwd_ && fwd_->experts().streamed(); }
   int64_t expert_slots() const override { return fwd_ ? fwd_->experts().slots() : 0; }
   ExpertCacheStats expert_stats() const override { return fwd_ ? fwd_->experts().stats() : ExpertCacheStats{}; }
