@@ -85,6 +85,7 @@ GenerateResult generate(Engine& engine, models::SequenceState& seq, const text::
     return tok_id;
   };
 
+  const int64_t p0 = seq.n_past();
   auto t0 = clock::now();
   for (size_t fed = 0; fed < prompt.size();) {
     const size_t n = std::min(prompt.size() - fed, static_cast<size_t>(kMaxBatchRows));
@@ -111,6 +112,10 @@ GenerateResult generate(Engine& engine, models::SequenceState& seq, const text::
     StopMatch m = find_stop(pending, opts.stop, searched);
     emit(m.stopped ? m.emit_upto : pending.size());
   }
+  // Without drafting the last sampled token is never fed; an accepted draft was (its verify forward kept the
+  // checkpoint to step back to). A caller's next turn feeds that token itself, so it must not be in the state twice.
+  const int64_t fed_all = p0 + static_cast<int64_t>(prompt.size() + res.tokens.size());
+  if (!res.tokens.empty() && seq.n_past() == fed_all) seq.rollback(fed_all - 1);
   res.gen_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return res;
 }

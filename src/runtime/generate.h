@@ -34,7 +34,9 @@ struct GenerateResult {
 std::vector<int32_t> end_of_generation_ids(const text::Tokenizer& tok);
 
 // on_text receives each safe piece of text; returning false cancels. The sequence keeps every token it has
-// processed (prompt and generated), so a following turn only feeds new tokens.
+// processed (prompt and generated), so a following turn only feeds new tokens: it ends holding the prompt and every
+// generated token but the last (sampled, never fed), with drafting as without (a last token that was an accepted
+// draft is rolled back).
 GenerateResult generate(Engine& engine, models::SequenceState& seq, const text::Tokenizer& tok,
                         Sampler& sampler, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
                         const std::function<bool(const std::string&)>& on_text);

@@ -447,18 +447,22 @@ INSTANTIATE_TEST_SUITE_P(Models, DecodeLoopTest, ::testing::Values(kModel, kBund
 
 }  // namespace
 
-// generate() (tern run, tern chat) with drafting on by default gives the tokens and text of --no-spec, for a prompt
-// longer than one forward's rows (fed in chunks of kMaxBatchRows) and a chat's second turn on the same sequence.
+// generate() (tern run, tern chat) with drafting gives the tokens and text of --no-spec, for a prompt longer than
+// one forward's rows (fed in chunks of kMaxBatchRows) and a chat's further turns on the same sequence: adaptive (the
+// default) and fixed draft lengths, greedy and sampled, and the sequence holds the same tokens after each turn (an
+// answer's last token, when it was an accepted draft, is not left in the state for the next turn to feed again).
 class Generate : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Generate, DraftingEqualsNoSpecAcrossChunksAndTurns) {
   if (!fs::exists(GetParam())) GTEST_SKIP() << "missing " << GetParam();
-  auto run = [&](bool spec) {
+  auto run = [&](bool spec, int draft, bool sampled) {
     runtime::EngineOptions o;
     o.model_path = GetParam();
     o.n_ctx = 1024;
     o.threads = 1;
     o.no_spec = !spec;
+    o.draft = draft;
+    o.draft_fixed = draft > 0;
     runtime::Engine e(o);
     EXPECT_EQ(e.decoder().drafting(), spec);
     const text::Tokenizer tok(text::tokenizer_data_from_gguf(e.model().file()));
@@ -466,22 +470,26 @@ TEST_P(Generate, DraftingEqualsNoSpecAcrossChunksAndTurns) {
     std::vector<int32_t> prompt;
     for (int i = 0; i < static_cast<int>(kMaxBatchRows) + 90; ++i) prompt.push_back((i * 53 + 7) % 390 + 1);
     SamplingParams sp;
-    sp.temperature = 0;
+    if (!sampled) sp.temperature = 0;
     GenerateOptions g;
     g.n_predict = 24;
     g.ignore_eos = true;
     std::vector<std::string> out;
-    for (int turn = 0; turn < 2; ++turn) {
-      Sampler s(sp);
+    Sampler s(sp);  // one sampler for the conversation, as tern chat's
+    for (int turn = 0; turn < 4; ++turn) {
       const GenerateResult r = generate(e, *seq, tok, s, turn == 0 ? prompt : std::vector<int32_t>{5, 9, 13}, g, nullptr);
       EXPECT_EQ(r.tokens.size(), 24u);
       std::string ids;
       for (int32_t t : r.tokens) ids += std::to_string(t) + " ";
-      out.push_back(ids + "| " + r.text);
+      out.push_back(ids + "| " + r.text + " | n_past " + std::to_string(seq->n_past()));
     }
     return out;
   };
-  EXPECT_EQ(run(true), run(false));
+  for (bool sampled : {false, true}) {
+    const auto want = run(false, -1, sampled);
+    EXPECT_EQ(run(true, -1, sampled), want) << "adaptive, sampled " << sampled;
+    for (int k : {1, 3}) EXPECT_EQ(run(true, k, sampled), want) << "fixed " << k << ", sampled " << sampled;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Generate, ::testing::Values(kModel, kBundled),
