@@ -4,10 +4,14 @@
 // hidden (dimmed with --show-thinking); with --tools, tool calls in the template's dialect are listed and their
 // results, given with /tool, go back through the template. The sequence state is kept between turns: a new turn
 // feeds only its own tokens (see turn_tokens).
+// Across ranks (mpirun): rank 0 reads each message and broadcasts it; every rank runs the same turn (the decode
+// loop's collectives) and rank 0 prints. Ctrl-C is left to mpirun there (it ends the job): one rank stopping an
+// answer alone would leave the others waiting at a collective.
 #include <editline/readline.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdarg>
 #include <csignal>
 #include <cstdio>
 #include <deque>
@@ -17,6 +21,7 @@
 #include "cli/model_options.h"
 #include "cli/template_options.h"
 #include "cli/text_model.h"
+#include "core/comm.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "runtime/generate.h"
@@ -31,6 +36,16 @@ std::atomic<bool> g_interrupt{false};
 void on_sigint(int) { g_interrupt = true; }
 
 using json = nlohmann::ordered_json;
+
+// Status lines on stderr: rank 0's only (every rank runs the same turn).
+void note(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void note(const char* fmt, ...) {
+  if (world().rank() != 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(stderr, fmt, ap);
+  va_end(ap);
+}
 
 // Prints an answer as it streams: reasoning dimmed (--show-thinking) or hidden, content as it is.
 class AnswerPrinter {
@@ -126,7 +141,7 @@ class ChatSession {
     results_.push_back({{"role", "tool"}, {"tool_call_id", pending_.front()}, {"content", result}});
     pending_.pop_front();
     if (!pending_.empty()) {
-      std::fprintf(stderr, "[%zu more tool result(s) expected]\n", pending_.size());
+      note("[%zu more tool result(s) expected]\n", pending_.size());
       return;
     }
     std::vector<json> msgs;
@@ -182,10 +197,10 @@ class ChatSession {
         std::printf("[tool call %s: %s %s]\n", id.c_str(), calls[i].name.c_str(), calls[i].arguments.dump().c_str());
       }
       messages_.push_back(std::move(message));
-      std::fprintf(stderr, "[give each result with /tool RESULT]\n");
+      note("[give each result with /tool RESULT]\n");
     }
     const size_t n_gen = r.tokens.size();
-    std::fprintf(stderr, "[prompt: %lld new tokens, %.1f tok/s | generation: %zu tokens, %.1f tok/s | context %lld/%lld]\n",
+    note("[prompt: %lld new tokens, %.1f tok/s | generation: %zu tokens, %.1f tok/s | context %lld/%lld]\n",
                  static_cast<long long>(r.n_prompt), r.n_prompt / std::max(r.prompt_seconds, 1e-9), n_gen,
                  n_gen > 1 ? (n_gen - 1) / std::max(r.gen_seconds, 1e-9) : 0.0, static_cast<long long>(seq_->n_past()),
                  static_cast<long long>(seq_->n_ctx()));
@@ -270,6 +285,19 @@ bool read_message(std::string& out) {
   }
 }
 
+// read_message on rank 0, the same message on every rank (false on every rank at the end of input).
+bool read_message_on_every_rank(std::string& out) {
+  Comm& comm = world();
+  if (comm.size() == 1) return read_message(out);
+  int64_t n = -1;
+  if (comm.rank() == 0) n = read_message(out) ? static_cast<int64_t>(out.size()) : -1;
+  comm.broadcast(&n, sizeof n, 0);
+  if (n < 0) return false;
+  out.resize(static_cast<size_t>(n));
+  if (n > 0) comm.broadcast(out.data(), static_cast<size_t>(n), 0);
+  return true;
+}
+
 }  // namespace
 
 static RunFn setup_chat(CLI::App& app) {
@@ -293,37 +321,39 @@ static RunFn setup_chat(CLI::App& app) {
   return [o] {
     use_bundled_model_if_unset(o->engine);
     ChatSession chat(*o);
-    struct sigaction sa {};
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
-    std::fprintf(stderr, "tern chat: type a message; '\\' at the end of a line continues it; /reset, /system TEXT, "
+    if (world().size() == 1) {  // across ranks Ctrl-C is mpirun's (see the file comment)
+      struct sigaction sa {};
+      sa.sa_handler = on_sigint;
+      sigemptyset(&sa.sa_mask);
+      sigaction(SIGINT, &sa, nullptr);
+    }
+    note("tern chat: type a message; '\\' at the end of a line continues it; /reset, /system TEXT, "
                          "/tool RESULT, /exit\n");
     std::string msg;
-    while (read_message(msg)) {
+    while (read_message_on_every_rank(msg)) {
       if (msg.empty()) continue;
       if (msg == "/exit" || msg == "/quit") break;
       if (msg == "/reset") {
         chat.reset(o->system);
-        std::fprintf(stderr, "[conversation reset]\n");
+        note("[conversation reset]\n");
         continue;
       }
       if (msg.rfind("/system", 0) == 0) {
         o->system = msg.size() > 8 ? msg.substr(8) : "";
         chat.reset(o->system);
-        std::fprintf(stderr, "[system message set; conversation reset]\n");
+        note("[system message set; conversation reset]\n");
         continue;
       }
       const bool tool = msg.rfind("/tool ", 0) == 0;
       if (msg[0] == '/' && !tool) {
-        std::fprintf(stderr, "unknown command %s (commands: /reset, /system TEXT, /tool RESULT, /exit)\n", msg.c_str());
+        note("unknown command %s (commands: /reset, /system TEXT, /tool RESULT, /exit)\n", msg.c_str());
         continue;
       }
       try {
         if (tool) chat.tool_result(msg.substr(6));
         else chat.user_turn(msg);
       } catch (const Error& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
+        note("error: %s\n", e.what());
       }
     }
     return 0;

@@ -3,6 +3,7 @@
 # seeded sampling with 2 and 3 ranks; and the job's faults end it with a message naming the rank, never a hang
 # (each launch runs under `timeout`): a rank whose model file differs, a rank that cannot open its file, commands
 # and flags that do not run across ranks yet, a rank killed mid-run.
+# `tern chat` across ranks gives one process's answers.
 # usage: mpi_cli.sh TERN_BINARY FIXTURES_DIR MPIEXEC
 set -u
 tern=$1 fixtures=$2 mpiexec=$3
@@ -25,6 +26,28 @@ for mode in "--temp 0" "--temp 0.8 --seed 7"; do
       echo "FAIL $np ranks ($mode): output differs from one process"; diff "$work/one" "$work/many" | head; fails=$((fails + 1))
     else
       echo "ok   $np ranks ($mode): the same $(wc -c <"$work/one") bytes as one process"
+    fi
+  done
+done
+
+# 1b. Chat: rank 0 reads the messages (mpirun gives stdin to rank 0) and every rank runs the turns: the same
+# answers as one process (colour codes stripped: under mpirun rank 0's stdout is a terminal), greedy and sampled.
+chat_in=$'Hello! Who are you?\nTell me a story about a cat.\n/reset\nWhat is 2 + 2?\n/exit\n'
+for mode in "--temp 0" "--temp 0.8 --seed 11"; do
+  # shellcheck disable=SC2086
+  "$tern" chat -m "$bundled" -n 32 --show-thinking $mode -t 1 <<<"$chat_in" 2>"$work/err1" | sed 's/\x1b\[[0-9]*m//g' >"$work/one"
+  for np in 2 3; do
+    # shellcheck disable=SC2086
+    if ! mpi -np $np "$tern" chat -m "$bundled" -n 32 --show-thinking $mode -t 1 <<<"$chat_in" >"$work/raw" 2>"$work/err"; then
+      echo "FAIL chat, $np ranks ($mode): exit status $?"; tail -5 "$work/err"; fails=$((fails + 1))
+    elif ! sed 's/\x1b\[[0-9]*m//g' "$work/raw" | cmp -s "$work/one" -; then
+      echo "FAIL chat, $np ranks ($mode): answers differ from one process"; sed 's/\x1b\[[0-9]*m//g' "$work/raw" | diff "$work/one" - | head
+      fails=$((fails + 1))
+    elif [ "$(grep -c '^\[prompt:' "$work/err")" -ne 3 ] || [ ! -s "$work/one" ]; then
+      echo "FAIL chat, $np ranks ($mode): expected 3 answers' status lines from rank 0 alone"; grep '^\[' "$work/err"
+      fails=$((fails + 1))
+    else
+      echo "ok   chat, $np ranks ($mode): 3 answers, the same $(wc -c <"$work/one") bytes as one process"
     fi
   done
 done
