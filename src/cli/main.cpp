@@ -23,7 +23,7 @@ std::vector<Command>& commands() {
 namespace {
 // Commands that run across ranks (every rank runs the same command on the same input; rank 0 prints).
 bool runs_across_ranks(const std::string& name) {
-  for (const char* c : {"run", "chat", "bench", "logits", "perplexity", "info", "plan"})
+  for (const char* c : {"run", "chat", "serve", "bench", "logits", "perplexity", "info", "plan"})
     if (name == c) return true;
   return false;
 }
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     if (comm.size() > 1) {
       for (auto& [sub, run] : runs)
         if (sub->parsed() && !runs_across_ranks(sub->get_name()))
-          fail("tern %s does not run across ranks yet (%d ranks): run, chat, bench, logits, perplexity, info and plan do",
+          fail("tern %s does not run across ranks yet (%d ranks): run, chat, serve, bench, logits, perplexity, info and plan do",
                sub->get_name().c_str(), comm.size());
       if (comm.rank() == 0) {
         log::info("%d ranks (%s); rank 0 prints", comm.size(), comm.name().c_str());

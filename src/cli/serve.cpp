@@ -11,6 +11,7 @@
 
 #include "cli/model_options.h"
 #include "cli/text_model.h"
+#include "core/comm.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "models/expert_store.h"
@@ -34,6 +35,11 @@ struct ServeOptions {
   double shutdown_grace = 30;
   int64_t fault_expert_read = 0;
 };
+
+// Threads started before serve blocked its signals (an MPI library's, under mpirun) would take SIGINT / SIGTERM
+// with the default action (the process ends without draining): a handler hands them to the waiting thread instead.
+pthread_t g_waiter;
+void to_waiter(int sig) { pthread_kill(g_waiter, sig); }
 
 }  // namespace
 
@@ -77,11 +83,13 @@ static RunFn setup_serve(CLI::App& app) {
       ->group("");
   return [o] {
     // Signals go to one waiting thread (blocked here, before any other thread exists, so every thread inherits it).
+    // Across ranks only rank 0 serves HTTP and takes signals; the others follow its scheduler (serve/scheduler.h)
+    // and keep the default actions, so that mpirun can end them.
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    if (world().rank() == 0) pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
     signal(SIGPIPE, SIG_IGN);  // a client that left must not end the server; writes fail with EPIPE instead
 
     o->sched.parallel = parse_parallel(o->parallel);  // 0: auto
@@ -106,6 +114,10 @@ static RunFn setup_serve(CLI::App& app) {
     o->sched.parallel = tm.engine->n_parallel();  // auto resolved (and logged) by the engine
     o->sched.kv_tokens = tm.engine->kv_tokens();
     serve::Scheduler sched(*tm.engine, *tm.tokenizer, o->sched);
+    if (sched.follower()) {  // until rank 0's server stops
+      sched.wait();
+      return 0;
+    }
     serve::ModelInfo info;
     info.id = std::filesystem::path(o->engine.model_path).stem().string();
     for (const std::string& a : o->aliases)
@@ -134,7 +146,16 @@ static RunFn setup_serve(CLI::App& app) {
       sigwait(&sigs, &sig);
       server.force();
     });
+    g_waiter = waiter.native_handle();
+    struct sigaction sa {};
+    sa.sa_handler = to_waiter;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
     auto end_threads = [&] {
+      sa.sa_handler = SIG_DFL;  // the waiter is about to go
+      sigaction(SIGINT, &sa, nullptr);
+      sigaction(SIGTERM, &sa, nullptr);
       pthread_kill(waiter.native_handle(), SIGTERM);  // wakes a waiter still in sigwait; no-op if it returned
       waiter.join();
       if (drainer.joinable()) drainer.join();

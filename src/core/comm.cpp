@@ -57,6 +57,8 @@ int64_t min_over_ranks(Comm& comm, int64_t v) {
   return *std::min_element(all.begin(), all.end());
 }
 
+int64_t max_over_ranks(Comm& comm, int64_t v) { return -min_over_ranks(comm, -v); }
+
 uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
   const auto* p = static_cast<const uint8_t*>(data);
   for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;

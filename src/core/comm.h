@@ -29,6 +29,9 @@ class Comm {
   // Every rank's `bytes[r]` bytes, in rank order, into `out` on every rank (this rank sends `in`, bytes[rank()]).
   virtual void allgather(const void* in, void* out, const std::vector<size_t>& bytes) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // The same for a message ranks may wait long for (a server's followers between requests): every rank calls this
+  // one for it (not broadcast), and waiting ranks sleep between polls instead of spinning on a core.
+  virtual void broadcast_idle(void* data, size_t bytes, int root) { broadcast(data, bytes, root); }
   // Ends every rank of the job with exit status `code` after this rank has printed its message.
   [[noreturn]] virtual void abort(int code) = 0;
   const CommStats& stats() const { return stats_; }
@@ -66,6 +69,7 @@ void gather_columns(Comm& comm, const ColumnLayout& layout, const float* mine, i
 // The smallest of every rank's `v` (the same on every rank): settings each rank chose from its own machine (context
 // size from free memory) agree before they shape the work.
 int64_t min_over_ranks(Comm& comm, int64_t v);
+int64_t max_over_ranks(Comm& comm, int64_t v);
 // FNV-1a 64 of `n` bytes (identity checks across ranks, not security).
 uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
 

@@ -2,10 +2,12 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "core/comm.h"
 #include "core/error.h"
@@ -71,6 +73,19 @@ class MpiComm : public Comm {
     account(rank_ == root ? bytes : 0, t0);
   }
 
+  void broadcast_idle(void* data, size_t bytes, int root) override {
+    const auto t0 = Clock::now();
+    MPI_Request req;
+    check(MPI_Ibcast(data, to_int(bytes, "a broadcast"), MPI_BYTE, root, MPI_COMM_WORLD, &req), "broadcast");
+    // Spin briefly (a step's message follows the last step at once), then sleep 50 us growing to 2 ms between polls.
+    int done = 0;
+    for (int i = 0; !done; ++i) {
+      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "broadcast");
+      if (!done && i >= 1000) std::this_thread::sleep_for(std::chrono::microseconds(std::min(2000, 50 << std::min(6, (i - 1000) / 64))));
+    }
+    account(rank_ == root ? bytes : 0, t0);
+  }
+
   [[noreturn]] void abort(int code) override {
     std::fflush(stdout);
     std::fflush(stderr);
@@ -99,11 +114,16 @@ bool launched_by_mpi() {
 
 void init_world(int* argc, char*** argv) {
   int provided = 0;
-  // Funneled: only the thread that called init makes MPI calls (the forward's collectives run on the main thread,
-  // between the thread pool's regions).
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  // Serialized: one thread at a time makes MPI calls, not always the one that called init (the forward's
+  // collectives run between the thread pool's regions; tern serve runs its forwards on the scheduler's thread).
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
     std::fprintf(stderr, "tern: error: MPI_Init failed\n");
     std::exit(1);
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    std::fprintf(stderr, "tern: error: this MPI library does not allow calls from more than one thread, one at a time "
+                         "(MPI_THREAD_SERIALIZED; it provides level %d)\n", provided);
+    MPI_Abort(MPI_COMM_WORLD, 1);
   }
   std::atexit([] {
     int finalized = 0;

@@ -217,6 +217,12 @@ int32_t argmax(const LogitsRow& r, float* value) {
   return best.id < 0 ? 0 : best.id;
 }
 
+const float* whole_row(const LogitsRow& r, std::vector<float>& scratch) {
+  if (!r.split()) return r.data;
+  gather_row(r, scratch);
+  return scratch.data();
+}
+
 double top_prob(const LogitsRow& r, float top_logit) {
   double z = 0;
   const double m = top_logit;

@@ -82,5 +82,7 @@ int32_t argmax(const LogitsRow& row, float* value = nullptr);
 // (in double). Across ranks each rank sums its columns and the sums are added in rank order, so every rank gets
 // the same value (within rounding of the one-process sum: used for draft thresholds, never for a token's choice).
 double top_prob(const LogitsRow& row, float top_logit);
+// The whole row: `row.data` itself, or (a rank's share; a collective) every rank's columns gathered into `scratch`.
+const float* whole_row(const LogitsRow& row, std::vector<float>& scratch);
 
 }  // namespace tern::runtime

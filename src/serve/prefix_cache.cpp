@@ -51,6 +51,7 @@ void PrefixCache::insert(const std::vector<int32_t>& tokens, SequenceState& stat
   e.state = state.snapshot();
   e.bytes = e.state.bytes();
   e.bytes += tokens.size() * sizeof(int32_t);
+  if (comm_ && comm_->size() > 1) e.bytes = static_cast<size_t>(max_over_ranks(*comm_, static_cast<int64_t>(e.bytes)));
   if (e.bytes > stats_.budget) return;  // one snapshot larger than the whole budget: never cached
   while (!lru_.empty() && stats_.bytes + e.bytes > stats_.budget) evict_lru();
   stats_.bytes += e.bytes;

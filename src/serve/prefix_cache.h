@@ -11,6 +11,7 @@
 #include <list>
 #include <vector>
 
+#include "core/comm.h"
 #include "models/sequence_state.h"
 #include "serve/prefix_tree.h"
 
@@ -33,6 +34,9 @@ class PrefixCache {
   void insert(const std::vector<int32_t>& tokens, models::SequenceState& state);
   bool contains(const std::vector<int32_t>& tokens) const;
   const PrefixCacheStats& stats() const { return stats_; }
+  // Across ranks (each rank caches its own share of the states, whose sizes differ): an entry counts the largest
+  // of the ranks' sizes (a collective in insert), so every rank keeps and evicts the same entries.
+  void set_comm(Comm* comm) { comm_ = comm; }
 
  private:
   struct Entry {
@@ -45,6 +49,7 @@ class PrefixCache {
   std::list<Entry> lru_;  // front: most recently used
   PrefixTree<std::list<Entry>::iterator> index_;  // key -> its entry in lru_
   PrefixCacheStats stats_;
+  Comm* comm_ = nullptr;
 };
 
 }  // namespace tern::serve

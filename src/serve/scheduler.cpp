@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -66,6 +68,7 @@ struct Scheduler::Job {
   int64_t n_fed = 0;      // prompt tokens processed
   int32_t next = -1;      // sampled token to feed at the next step (decoding)
   bool done = false;
+  bool cancel_seen = false;  // the request was cancelled (seen before a step; across ranks, the leader's broadcast)
   bool fresh = false;     // just got a sequence; start() has not run
   int64_t kv_rows = 0;    // KV rows reserved while it runs (SchedulerOptions::kv_tokens)
   bool kv_waited = false; // counted once in kv_waits
@@ -92,10 +95,26 @@ Scheduler::Scheduler(runtime::Engine& engine, const text::Tokenizer& tok, const 
   }
   stats_.cache = cache_.stats();
   stats_.experts = engine_.model().expert_stats();
+  if (world().size() > 1) {
+    comm_ = &world();
+    follower_ = comm_->rank() != 0;
+    // Settings each rank chose from its own memory agree (the smallest), so every rank holds the same sequences.
+    o_.parallel = static_cast<int>(min_over_ranks(*comm_, o_.parallel));
+    const int64_t none = std::numeric_limits<int64_t>::max();
+    const int64_t kv = min_over_ranks(*comm_, o_.kv_tokens > 0 ? o_.kv_tokens : none);
+    o_.kv_tokens = kv == none ? 0 : kv;
+    stats_.kv_tokens = o_.kv_tokens;
+    cache_.set_comm(comm_);
+  }
   slots_.resize(o_.parallel);
   for (int i = 0; i < o_.parallel; ++i)
     states_.push_back(engine.new_sequence());
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] { follower_ ? follow() : loop(); });
+}
+
+void Scheduler::wait() {
+  if (!follower_) fail("internal: Scheduler::wait is for followers (the leader stops when destroyed)");
+  if (thread_.joinable()) thread_.join();
 }
 
 Scheduler::~Scheduler() {
@@ -104,7 +123,7 @@ Scheduler::~Scheduler() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
   for (auto& j : queue_) j->c->post("", Finish::kCancelled, "server shutting down");
   for (auto& j : slots_)
     if (j) j->c->post("", Finish::kCancelled, "server shutting down");
@@ -117,6 +136,21 @@ int64_t Scheduler::kv_rows(const GenRequest& r) const {
 }
 
 std::shared_ptr<Completion> Scheduler::submit(GenRequest r) {
+  if (follower_) fail("internal: a follower scheduler takes no requests");
+  std::unique_ptr<Job> job = make_job(std::move(r));
+  std::shared_ptr<Completion> c = job->c;
+  {
+    std::lock_guard lk(m_);
+    if (static_cast<int>(queue_.size()) >= o_.max_queue && std::none_of(slots_.begin(), slots_.end(),
+                                                                       [](const auto& s) { return !s; }))
+      throw AdmissionError(strf("the server is busy: %zu requests are already waiting", queue_.size()), true);
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+  return c;
+}
+
+std::unique_ptr<Scheduler::Job> Scheduler::make_job(GenRequest r) {
   const int64_t n = static_cast<int64_t>(r.prompt.size());
   if (n == 0) throw AdmissionError("the prompt is empty (it has no tokens)", false);
   const int32_t V = tok_.n_vocab();
@@ -156,16 +190,7 @@ std::shared_ptr<Completion> Scheduler::submit(GenRequest r) {
     if (std::binary_search(eog_.begin(), eog_.end(), job->req.prompt[i])) job->points.push_back(i + 1);
   if (job->points.empty() || job->points.back() != n) job->points.push_back(n);
   job->c->n_prompt_ = n;
-  std::shared_ptr<Completion> c = job->c;
-  {
-    std::lock_guard lk(m_);
-    if (static_cast<int>(queue_.size()) >= o_.max_queue && std::none_of(slots_.begin(), slots_.end(),
-                                                                       [](const auto& s) { return !s; }))
-      throw AdmissionError(strf("the server is busy: %zu requests are already waiting", queue_.size()), true);
-    queue_.push_back(std::move(job));
-  }
-  cv_.notify_all();
-  return c;
+  return job;
 }
 
 void Scheduler::cancel_all() {
@@ -193,10 +218,79 @@ void Scheduler::finish(Job& j, Finish f, const std::string& error) {
   j.c->post("", f, error);
 }
 
+namespace {
+
+// A request as the leader broadcasts it to the followers (every field of GenRequest).
+nlohmann::json request_json(const GenRequest& r) {
+  const runtime::SamplingParams& p = r.sampling;
+  return {{"prompt", r.prompt}, {"top_logprobs", r.top_logprobs}, {"max_tokens", r.max_tokens}, {"stop", r.stop},
+          {"ignore_eos", r.ignore_eos}, {"json_object", r.json_object}, {"json_schema", r.json_schema},
+          {"choice", r.choice},
+          {"sampling", {{"temperature", p.temperature}, {"top_k", p.top_k}, {"top_p", p.top_p}, {"min_p", p.min_p},
+                        {"repeat_penalty", p.repeat_penalty}, {"presence_penalty", p.presence_penalty},
+                        {"frequency_penalty", p.frequency_penalty}, {"penalty_last_n", p.penalty_last_n},
+                        {"seed", p.seed}}}};
+}
+
+GenRequest request_from_json(const nlohmann::json& j) {
+  GenRequest r;
+  r.prompt = j.at("prompt").get<std::vector<int32_t>>();
+  r.top_logprobs = j.at("top_logprobs").get<int>();
+  r.max_tokens = j.at("max_tokens").get<int>();
+  r.stop = j.at("stop").get<std::vector<std::string>>();
+  r.ignore_eos = j.at("ignore_eos").get<bool>();
+  r.json_object = j.at("json_object").get<bool>();
+  r.json_schema = j.at("json_schema");
+  r.choice = j.at("choice").get<std::vector<std::string>>();
+  const nlohmann::json& p = j.at("sampling");
+  runtime::SamplingParams& s = r.sampling;
+  s.temperature = p.at("temperature").get<float>();
+  s.top_k = p.at("top_k").get<int>();
+  s.top_p = p.at("top_p").get<float>();
+  s.min_p = p.at("min_p").get<float>();
+  s.repeat_penalty = p.at("repeat_penalty").get<float>();
+  s.presence_penalty = p.at("presence_penalty").get<float>();
+  s.frequency_penalty = p.at("frequency_penalty").get<float>();
+  s.penalty_last_n = p.at("penalty_last_n").get<int>();
+  s.seed = p.at("seed").get<uint64_t>();
+  return r;
+}
+
+// The leader's message before a step (or at the end): rank 0's `msg` on every rank.
+void broadcast_json(Comm& comm, nlohmann::json& msg) {
+  std::string text;
+  if (comm.rank() == 0) text = msg.dump();
+  int64_t n = static_cast<int64_t>(text.size());
+  comm.broadcast_idle(&n, sizeof n, 0);  // followers may wait here for the next request
+  text.resize(static_cast<size_t>(n));
+  comm.broadcast(text.data(), static_cast<size_t>(n), 0);
+  if (comm.rank() != 0) msg = nlohmann::json::parse(text);
+}
+
+}  // namespace
+
+void Scheduler::retire_done() {
+  std::lock_guard lk(m_);
+  for (auto& j : slots_)
+    if (j && j->done) {
+      if (j->c->finish() == Finish::kCancelled) ++stats_.requests_cancelled;
+      else ++stats_.requests_done;
+      stats_.kv_reserved -= j->kv_rows;
+      // Its rows go back to the system (the prefix cache holds its own copies): the memory of a sequence is what
+      // its request runs, not the longest request it ever ran.
+      if (o_.kv_tokens > 0) {
+        states_[j->slot]->reset();
+        states_[j->slot]->release_rows(0);
+      }
+      j.reset();
+    }
+}
+
 void Scheduler::loop() {
   uint64_t order = 0;
   std::vector<Job*> jobs;
   for (;;) {
+    nlohmann::json tick;  // across ranks: what the followers need to take this step as the leader does
     {
       std::unique_lock lk(m_);
       // Requests cancelled while waiting leave the queue; the rest fill free sequences in arrival order.
@@ -226,34 +320,82 @@ void Scheduler::loop() {
         slots_[s]->slot = s;
         slots_[s]->order = order++;
         slots_[s]->fresh = true;
+        admitted_.push_back(s);
       }
       cv_.wait(lk, [&] {
         return stop_ || !queue_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const auto& j) { return j != nullptr; });
       });
-      if (stop_) return;
+      if (stop_) {
+        if (comm_) {
+          lk.unlock();
+          tick = {{"stop", true}};
+          broadcast_json(*comm_, tick);
+        }
+        return;
+      }
       jobs.clear();
       for (auto& j : slots_)
         if (j) jobs.push_back(j.get());
+      nlohmann::json cancelled = nlohmann::json::array();
+      for (Job* j : jobs)  // a cancellation counts from here: the same step on every rank
+        if (!j->cancel_seen && j->c->cancelled()) {
+          j->cancel_seen = true;
+          cancelled.push_back(j->slot);
+        }
+      if (comm_ && !jobs.empty()) {
+        nlohmann::json admit = nlohmann::json::array();
+        for (int s : admitted_)
+          admit.push_back({{"slot", s}, {"order", slots_[s]->order}, {"request", request_json(slots_[s]->req)}});
+        tick = {{"stop", false}, {"admit", std::move(admit)}, {"cancel", std::move(cancelled)}};
+      }
+      if (!jobs.empty()) admitted_.clear();
     }
     if (jobs.empty()) continue;
+    if (comm_) broadcast_json(*comm_, tick);
     for (Job* j : jobs)
       if (j->fresh) start(*j);
     std::sort(jobs.begin(), jobs.end(), [](const Job* a, const Job* b) { return a->order < b->order; });
     step(jobs);
-    std::lock_guard lk(m_);
-    for (auto& j : slots_)
-      if (j && j->done) {
-        if (j->c->finish() == Finish::kCancelled) ++stats_.requests_cancelled;
-        else ++stats_.requests_done;
-        stats_.kv_reserved -= j->kv_rows;
-        // Its rows go back to the system (the prefix cache holds its own copies): the memory of a sequence is what
-        // its request runs, not the longest request it ever ran.
-        if (o_.kv_tokens > 0) {
-          states_[j->slot]->reset();
-          states_[j->slot]->release_rows(0);
+    retire_done();
+  }
+}
+
+void Scheduler::follow() {
+  std::vector<Job*> jobs;
+  try {
+    for (;;) {
+      nlohmann::json tick;
+      broadcast_json(*comm_, tick);
+      if (tick.at("stop").get<bool>()) return;
+      {
+        std::lock_guard lk(m_);
+        for (const nlohmann::json& a : tick.at("admit")) {
+          const int s = a.at("slot").get<int>();
+          if (s < 0 || s >= o_.parallel || slots_[s]) fail("the leader gave sequence %d, which is not free here", s);
+          slots_[s] = make_job(request_from_json(a.at("request")));
+          slots_[s]->slot = s;
+          slots_[s]->order = a.at("order").get<uint64_t>();
+          slots_[s]->fresh = true;
+          stats_.kv_reserved += slots_[s]->kv_rows;
         }
-        j.reset();
+        for (const nlohmann::json& c : tick.at("cancel")) {
+          const int s = c.get<int>();
+          if (s < 0 || s >= o_.parallel || !slots_[s]) fail("the leader cancelled sequence %d, which is free here", s);
+          slots_[s]->cancel_seen = true;
+        }
+        jobs.clear();
+        for (auto& j : slots_)
+          if (j) jobs.push_back(j.get());
       }
+      for (Job* j : jobs)
+        if (j->fresh) start(*j);
+      std::sort(jobs.begin(), jobs.end(), [](const Job* a, const Job* b) { return a->order < b->order; });
+      step(jobs);
+      retire_done();
+    }
+  } catch (const std::exception& e) {  // a follower out of step with the leader cannot recover: end the job
+    std::fprintf(stderr, "tern: error: rank %d of %d: serving: %s\n", comm_->rank(), comm_->size(), e.what());
+    comm_->abort(1);
   }
 }
 
@@ -305,7 +447,7 @@ void Scheduler::step(std::vector<Job*>& jobs) {
   };
   // Cancelled requests leave before the forward.
   for (Job* j : jobs)
-    if (j->c->cancelled()) finish(*j, Finish::kCancelled);
+    if (j->cancel_seen && !j->done) finish(*j, Finish::kCancelled);
   for (Job* j : jobs) {
     if (j->done || j->prefilling()) continue;
     add(j, &j->next, &j->next + 1, true);
@@ -331,20 +473,26 @@ void Scheduler::step(std::vector<Job*>& jobs) {
   const int64_t V = engine_.info().n_vocab;
   int64_t n_sampled = 0;
   std::vector<Job*> ended;  // finished by a token this step: their answers go to the prefix cache after the step
-  auto pick = [&](size_t i, const runtime::LogitsRow& whole, int32_t) -> int32_t {
+  auto pick = [&](size_t i, const runtime::LogitsRow& share, int32_t) -> int32_t {
     Job& j = *owner[i];
-    if (whole.split()) fail("internal: the server samples whole logits rows (it does not run across ranks)");
-    const float* raw = whole.data;
+    // Across ranks a row is this rank's columns: sampled as it is (a reduction of candidates), gathered whole only
+    // for a constraint's mask or log-probabilities (every rank's job has the same settings: the same collectives).
+    const bool whole = j.json || j.req.top_logprobs >= 0;
+    const float* raw = whole ? runtime::whole_row(share, row_) : nullptr;
     const float* row = raw;
     int32_t tok;
     try {
-      if (j.json) {  // only tokens that keep the answer a JSON-object prefix
-        masked_.assign(row, row + V);
-        if (!j.json->mask(masked_.data(), V)) fail("constrained decoding: no token can continue the JSON answer");
-        row = masked_.data();
+      if (!whole) {
+        tok = j.sampler.sample(share);
+      } else {
+        if (j.json) {  // only tokens that keep the answer a JSON-object prefix
+          masked_.assign(row, row + V);
+          if (!j.json->mask(masked_.data(), V)) fail("constrained decoding: no token can continue the JSON answer");
+          row = masked_.data();
+        }
+        tok = j.sampler.sample(row, V);
+        if (j.json && std::isinf(row[tok])) tok = runtime::argmax(row, V);  // never a masked token
       }
-      tok = j.sampler.sample(row, V);
-      if (j.json && std::isinf(row[tok])) tok = runtime::argmax(row, V);  // never a masked token
     } catch (const std::exception& e) {
       finish(j, Finish::kError, e.what());
       seqs[i]->stopped = true;

@@ -5,6 +5,12 @@
 //
 // Prompt chunks start at multiples of `batch` in the prompt whatever else runs, so a sequence's tokens are the same
 // alone or batched (the forward is batch-invariant; tests/serve checks it). Non-goals: priorities, preemption.
+//
+// Across ranks (mpirun; core/comm.h world() has more than one rank): rank 0 takes requests (submit) and leads;
+// every other rank runs a follower scheduler with the same sequences. Before each step the leader broadcasts what
+// changed since the last one (requests admitted to which sequence, running requests cancelled, or the end), so
+// every rank's scheduler takes the same decisions and runs the same forwards; nothing else a scheduler decides
+// depends on the rank (the decode loop's draft length is fixed across ranks, the prefix cache agrees on sizes).
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -135,10 +141,16 @@ class Scheduler {
   int64_t kv_rows(const GenRequest& r) const;
   int parallel() const { return o_.parallel; }
   SchedulerStats stats() const;
+  // A follower (rank > 0 across ranks) takes no requests; wait() returns once the leader has stopped.
+  bool follower() const { return follower_; }
+  void wait();
 
  private:
   struct Job;
   void loop();
+  void follow();  // a follower's loop: the leader's broadcasts, then the same steps
+  std::unique_ptr<Job> make_job(GenRequest r);  // validated, constraints built, prompt seen by the sampler
+  void retire_done();  // frees the sequences of finished requests
   void step(std::vector<Job*>& jobs);
   bool after_token(Job& j, int32_t tok, const float* logits, int64_t n_past);  // false: the job has finished (its answer is
                                                                // snapshot by step() once the state is rolled back)
@@ -167,6 +179,10 @@ class Scheduler {
   PrefixCache cache_;  // scheduler thread only; its stats are copied into stats_
   bool stop_ = false;
   SchedulerStats stats_;
+  Comm* comm_ = nullptr;       // across ranks: the job's ranks (null: one process)
+  bool follower_ = false;
+  std::vector<int> admitted_;  // leader: sequences given to requests since the last broadcast
+  std::vector<float> row_;     // a gathered logits row (constrained decoding, log-probabilities across ranks)
   std::thread thread_;
 };
 

@@ -69,7 +69,8 @@ expect "different model files" "rank 1's model file is not rank 0's" \
   mpi -np 1 "$tern" logits -m "$a" --tokens 1,2,3 -o "$work/l" -t 1 : -np 1 "$tern" logits -m "$b" --tokens 1,2,3 -o "$work/l" -t 1
 expect "a rank cannot open its file" "rank 1 of 2: .*$work/missing.gguf" \
   mpi -np 1 "$tern" logits -m "$a" --tokens 1,2,3 -o "$work/l" -t 1 : -np 1 "$tern" logits -m "$work/missing.gguf" --tokens 1,2,3 -o "$work/l" -t 1
-expect "serve across ranks" "tern serve does not run across ranks yet" mpi -np 2 "$tern" serve -m "$bundled" -t 1
+expect "a command that does not run across ranks" "tern tokenize does not run across ranks yet" \
+  mpi -np 2 "$tern" tokenize -m "$bundled" -p "hello"
 expect "--mem-budget across ranks" "streaming experts .* is not supported across ranks yet" \
   mpi -np 2 "$tern" logits -m "$a" --tokens 1,2,3 -o "$work/l" -t 1 --mem-budget 64M
 
