@@ -80,7 +80,8 @@ def expected_max_experts(experts: int, top_k: int, n: int, trials: int = 4000, s
 SAMPLE_TOP_K = 40
 
 
-def token_time(g: dict, n: int, net: dict, bw: float, eff: float, whole_experts: bool = False) -> tuple[float, float, dict]:
+def token_time(g: dict, n: int, net: dict, bw: float, eff: float, whole_experts: bool = False,
+               partial_sums: bool = False) -> tuple[float, float, dict]:
     """Seconds per decode token on n nodes: (total, of which communication, parameter counts)."""
     D, B = g["embd"], BYTES_PER_PARAM
     speed = bw * eff
@@ -107,7 +108,7 @@ def token_time(g: dict, n: int, net: dict, bw: float, eff: float, whole_experts:
             return experts_t + shared_t / n
         return experts_t + (shared_t if n <= 2 else shared_t / 2)
     def ffn_comm():
-        if whole_experts:
+        if whole_experts or partial_sums:  # one sum over ranks (an allgather of n_embd floats, added in rank order)
             return allgather(D * 4, n, net)
         rows = g["top_k"] + 1  # SwiGLU rows of the token's experts and the shared expert
         return allgather(rows * g["ff"] * 4 / n, n, net) + allgather(D * 4 / n, n, net)
@@ -115,7 +116,10 @@ def token_time(g: dict, n: int, net: dict, bw: float, eff: float, whole_experts:
     t = 0.0
     for kind, count, params, split, width in (("attn", n_attn, attn, attn_split, q_dim), ("dn", n_dn, dn, dn_split, value_dim)):
         mix = params * B / speed / (n if split else 1)
-        c_mix = (allgather(width * 4 / n, n, net) + allgather(D * 4 / n, n, net)) if split else 0.0
+        if partial_sums:  # each rank's heads times its columns of the out projection, summed over ranks
+            c_mix = allgather(D * 4, n, net) if split else 0.0
+        else:
+            c_mix = (allgather(width * 4 / n, n, net) + allgather(D * 4 / n, n, net)) if split else 0.0
         c_ffn = ffn_comm()
         t += count * (mix + router * B / speed + ffn_time())
         comm += count * (c_mix + c_ffn)
@@ -134,6 +138,9 @@ def main() -> None:
     ap.add_argument("--eff", type=float, default=0.66, help="fraction of it tern reaches in decode (default 0.66, measured)")
     ap.add_argument("--nodes", default="1,2,4,8,16")
     ap.add_argument("--expert-parallel", action="store_true", help="whole experts per rank instead of rows")
+    ap.add_argument("--partial-sums", action="store_true",
+                    help="not built: out projections and expert downs by columns, one sum over ranks per block "
+                         "(2 collectives a layer instead of 4; sums in a new order, so not bit-exact)")
     ap.add_argument("--alpha-us", type=float, default=0, help="override every network's latency per step (us)")
     args = ap.parse_args()
     if args.alpha_us > 0:
@@ -142,21 +149,21 @@ def main() -> None:
     nodes = [int(x) for x in args.nodes.split(",")]
     bw = args.bw * 1e9
     for name, g in MODELS.items():
-        _, _, info = token_time(g, 1, NETWORKS["100 GbE (TCP)"], bw, args.eff, args.expert_parallel)
+        _, _, info = token_time(g, 1, NETWORKS["100 GbE (TCP)"], bw, args.eff, args.expert_parallel, args.partial_sums)
         print(f"\n### {name}: {info['total'] / 1e9:.0f}B parameters, {info['active'] / 1e9:.1f}B active per token "
               f"({info['active'] * BYTES_PER_PARAM / 1e9:.1f} GB at {BYTES_PER_PARAM} bytes each)\n")
         print("| network | " + " | ".join(f"{n} node{'s' if n > 1 else ''}" for n in nodes) + " |")
         print("|---|" + "---:|" * len(nodes))
         for net_name, net in NETWORKS.items():
-            t1, _, _ = token_time(g, 1, net, bw, args.eff, args.expert_parallel)
+            t1, _, _ = token_time(g, 1, net, bw, args.eff, args.expert_parallel, args.partial_sums)
             cells = []
             for n in nodes:
-                t, c, inf = token_time(g, n, net, bw, args.eff, args.expert_parallel)
+                t, c, inf = token_time(g, n, net, bw, args.eff, args.expert_parallel, args.partial_sums)
                 cells.append(f"{1 / t:.1f} tok/s, x{t1 / t:.2f} (comm {1e3 * c:.1f} ms)")
             print(f"| {net_name} | " + " | ".join(cells) + " |")
         notes = []
         for n in nodes[1:]:
-            _, _, inf = token_time(g, n, NETWORKS["100 GbE (TCP)"], bw, args.eff, args.expert_parallel)
+            _, _, inf = token_time(g, n, NETWORKS["100 GbE (TCP)"], bw, args.eff, args.expert_parallel, args.partial_sums)
             notes.append(f"{n}: slowest rank reads {inf['emax']:.2f} of {g['top_k']} experts"
                          f"{'' if inf['attn_split'] else ', attention whole'}{'' if inf['dn_split'] else ', DeltaNet whole'}")
         print("\n" + "; ".join(notes))
