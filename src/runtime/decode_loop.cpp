@@ -118,6 +118,14 @@ void DecodeLoop::step(std::vector<DecodeSeq*>& seqs, const Pick& pick) {
     const size_t k = tr[0]->drafts.size();
     if (k < t_verify_.size()) ema(t_verify_[k], dt);
   }
+  if (o_.comm && o_.comm->size() > 1 && o_.adaptive && drafting()) {
+    // The costs every choice of this step reads (choose_k here and in draft_next): rank 0's, on every rank.
+    std::vector<double> costs(t_verify_);
+    costs.push_back(t_draft_);
+    o_.comm->broadcast(costs.data(), costs.size() * sizeof(double), 0);
+    std::copy(costs.begin(), costs.end() - 1, t_verify_.begin());
+    t_draft_ = costs.back();
+  }
   const std::vector<float>& hidden = model_.hidden();
 
   std::vector<Track*> todo;

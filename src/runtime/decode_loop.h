@@ -32,6 +32,9 @@ struct DraftOptions {
   int max = 0;           // most tokens drafted per step (0: no drafting)
   float min_p = 0.0f;    // a chain stops early when the draft's top token has probability below this
   bool adaptive = true;  // pick the length per step from measured acceptance and costs (else always `max`)
+  // Across ranks (the model split over comm's ranks): every rank must run the same forwards, so the adaptive length
+  // is chosen from rank 0's measured costs (broadcast each step; acceptance is the same on every rank).
+  Comm* comm = nullptr;
 };
 
 struct DraftStats {

@@ -199,11 +199,7 @@ Engine::Engine(const EngineOptions& o) {
   d.min_p = o.draft_min_p;
   d.max = o.no_spec ? 0 : (o.draft >= 0 ? o.draft : kDefaultDraft);
   d.adaptive = !o.draft_fixed;
-  if (d.adaptive && comm.size() > 1 && model_->can_draft() && d.max > 0) {
-    // The adaptive length follows each rank's own timings; the ranks must run the same forwards.
-    log::info("speculative decoding across ranks: fixed draft length (the adaptive one follows per-rank timings)");
-    d.adaptive = false;
-  }
+  if (comm.size() > 1) d.comm = &comm;  // the adaptive length follows rank 0's timings on every rank
   if (!model_->can_draft()) {
     if (o.draft > 0) log::warn("--draft %d: %s has no MTP block tern drafts with; decoding one token per forward", o.draft,
                                o.model_path.c_str());

@@ -302,10 +302,13 @@ TEST(DistributedSampling, DecodeLoopMatchesOneProcessWithoutGatheringRows) {
   Pair p(kModels / "q35-mtp.bf16.gguf", RepackScope::kAll);
   const int64_t V = p.whole->info().n_vocab;
   const std::vector<int32_t> prompt = test::read_prompts(kModels / "q35-mtp" / "ref_hf.json").front().tokens;
-  auto generate = [&](models::Model& m, int draft, bool sampled, CommStats* step_cost) {
+  int64_t drafted = 0;  // by the last adaptive loop across ranks
+  auto generate = [&](models::Model& m, int draft, bool sampled, CommStats* step_cost, bool adaptive = false) {
     runtime::DraftOptions o;
     o.max = draft;
-    o.adaptive = false;  // the measured choice differs by rank; across ranks the length is fixed
+    o.adaptive = adaptive;
+    // Adaptive across ranks: rank 0's measured costs choose the length on every rank.
+    if (&m == p.split.get()) o.comm = &world();
     runtime::DecodeLoop loop(m, o);
     auto st = p.state(m);
     runtime::SamplingParams sp;
@@ -335,6 +338,7 @@ TEST(DistributedSampling, DecodeLoopMatchesOneProcessWithoutGatheringRows) {
       ds.feed = {out.back()};
     }
     out.resize(24);
+    drafted = loop.stats().drafted;
     return out;
   };
   // Bytes one forward of one token sends with the rows gathered (what each step cost before).
@@ -346,6 +350,17 @@ TEST(DistributedSampling, DecodeLoopMatchesOneProcessWithoutGatheringRows) {
     const uint64_t before = world().stats().bytes;
     p.split->forward(b);
     gathered_step = world().stats().bytes - before;
+  }
+  // The adaptive length across ranks: the same forwards on every rank (else the collectives would not match), the
+  // tokens one process gives. Three prompts' worth of steps so that it measures, probes and chooses.
+  for (bool sampled : {false, true}) {
+    const std::vector<int32_t> want = generate(*p.whole, 3, sampled, nullptr);
+    for (int rep = 0; rep < 3; ++rep) {
+      const std::vector<int32_t> got = generate(*p.split, 3, sampled, nullptr, true);
+      EXPECT_EQ(got, want) << "adaptive, sampled " << sampled;
+      EXPECT_TRUE(same_on_every_rank(&drafted, sizeof drafted)) << "ranks drafted differently";
+      if (world().rank() == 0 && rep == 0) std::printf("[adaptive across %d ranks, sampled %d] %lld tokens drafted\n", world().size(), sampled, static_cast<long long>(drafted));
+    }
   }
   for (int draft : {0, 2})
     for (bool sampled : {false, true}) {
