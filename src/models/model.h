@@ -86,6 +86,10 @@ struct SplitOptions {
   // 1 the rank holding most of the token's top-k sets the pace). Default: every rank holds 1/N of the rows of every
   // expert (balanced at any batch, and exact: values are gathered, not summed in a new order).
   bool whole_experts = false;
+  // Routed experts stay views into the mapped file (a streamed expert is read from it, this rank's rows only) instead
+  // of copies of this rank's rows gathered at start: for --mem-budget / --expert-cache across ranks. Such experts
+  // are not repacked at load (streamed ones are as they are read).
+  bool experts_in_file = false;
 };
 
 class ModelShape {

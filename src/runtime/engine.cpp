@@ -219,10 +219,6 @@ Engine::Engine(const EngineOptions& o) {
 // Across ranks: every rank maps the same file (checked: hash of the header and tensor table, and the size) and keeps
 // its share of the weights (models/model.h Model::distribute).
 void Engine::distribute(Comm& comm, const EngineOptions& o, uint64_t budget) {
-  if (budget > 0 || o.expert_cache > 0)
-    fail("%s: streaming experts (--mem-budget, --expert-cache) is not supported across ranks yet (%d ranks; each "
-         "rank already holds only 1/%d of the routed experts)", budget > 0 ? "--mem-budget" : "--expert-cache",
-         comm.size(), comm.size());
   const gguf::File& f = model_->file();
   const uint64_t mine[2] = {fnv1a64(f.base(), static_cast<size_t>(f.data_offset())), f.file_size()};
   std::vector<uint64_t> all(2 * static_cast<size_t>(comm.size()));
@@ -235,6 +231,8 @@ void Engine::distribute(Comm& comm, const EngineOptions& o, uint64_t budget) {
            static_cast<unsigned long long>(all[0]), static_cast<unsigned long long>(all[1]), o.model_path.c_str());
   models::SplitOptions split;
   split.whole_experts = o.expert_parallel;
+  // With a memory budget the experts may be streamed: each rank then reads its rows of them from the file.
+  split.experts_in_file = budget > 0 || o.expert_cache > 0;
   model_->distribute(comm, split);
 }
 

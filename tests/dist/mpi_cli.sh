@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `tern` under mpiexec on this machine (oversubscribed, loopback): the same output as one process for greedy and
-# seeded sampling with 2 and 3 ranks; and the job's faults end it with a message naming the rank, never a hang
+# seeded sampling with 2 and 3 ranks, with experts streamed (--expert-cache); and the job's faults end it with a message naming the rank, never a hang
 # (each launch runs under `timeout`): a rank whose model file differs, a rank that cannot open its file, commands
 # and flags that do not run across ranks yet, a rank killed mid-run.
 # `tern chat` across ranks gives one process's answers.
@@ -28,6 +28,20 @@ for mode in "--temp 0" "--temp 0.8 --seed 7"; do
       echo "ok   $np ranks ($mode): the same $(wc -c <"$work/one") bytes as one process"
     fi
   done
+done
+
+# 1a. Streaming experts across ranks (--expert-cache: each rank reads its rows of the chosen experts from the file):
+# the same text as one process.
+"$tern" run -m "$bundled" -p "The old lighthouse keeper" -n 40 --temp 0 -t 1 -q >"$work/one" 2>"$work/err1"
+for np in 2 3; do
+  if ! mpi -np $np "$tern" run -m "$bundled" -p "The old lighthouse keeper" -n 40 --temp 0 -t 1 -q --expert-cache 2 \
+      >"$work/many" 2>"$work/err"; then
+    echo "FAIL streamed experts, $np ranks: exit status $?"; tail -5 "$work/err"; fails=$((fails + 1))
+  elif ! cmp -s "$work/one" "$work/many"; then
+    echo "FAIL streamed experts, $np ranks: output differs from one process"; fails=$((fails + 1))
+  else
+    echo "ok   streamed experts (--expert-cache 2), $np ranks: the same $(wc -c <"$work/one") bytes as one process"
+  fi
 done
 
 # 1b. Chat: rank 0 reads the messages (mpirun gives stdin to rank 0) and every rank runs the turns: the same
@@ -71,8 +85,6 @@ expect "a rank cannot open its file" "rank 1 of 2: .*$work/missing.gguf" \
   mpi -np 1 "$tern" logits -m "$a" --tokens 1,2,3 -o "$work/l" -t 1 : -np 1 "$tern" logits -m "$work/missing.gguf" --tokens 1,2,3 -o "$work/l" -t 1
 expect "a command that does not run across ranks" "tern tokenize does not run across ranks yet" \
   mpi -np 2 "$tern" tokenize -m "$bundled" -p "hello"
-expect "--mem-budget across ranks" "streaming experts .* is not supported across ranks yet" \
-  mpi -np 2 "$tern" logits -m "$a" --tokens 1,2,3 -o "$work/l" -t 1 --mem-budget 64M
 
 # 3. A rank that dies mid-run (SIGKILL on rank 1 during a long generation): the job ends, and says which rank.
 mpi -np 2 "$tern" run -m "$bundled" -p "Once" -n -1 -c 65536 --ignore-eos --temp 0 -t 1 >"$work/out" 2>"$work/err" &

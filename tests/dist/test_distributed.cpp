@@ -96,16 +96,20 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 struct Pair {
   std::unique_ptr<Comm> local = make_local_comm();
   std::unique_ptr<models::Model> split, whole;
-  Pair(const fs::path& file, RepackScope scope, bool whole_experts = false) {
+  // slots > 0: the split model streams its routed experts through that many slots per layer, reading its rows of
+  // them from the file (SplitOptions::experts_in_file) and repacking them as read; the one-process model maps them,
+  // repacked at load (kAll), as streamed experts are (the file-layout kernels may round K-quants differently).
+  Pair(const fs::path& file, RepackScope scope, bool whole_experts = false, int64_t slots = 0) {
     split = models::load_model(file.string());
     whole = models::load_model(file.string());
     models::SplitOptions opt;
     opt.whole_experts = whole_experts;
+    opt.experts_in_file = slots > 0;
     split->distribute(world(), opt);
     whole->distribute(*local);
     split->repack(scope);
-    whole->repack(scope);
-    split->start({}, 0);
+    whole->repack(slots > 0 ? RepackScope::kAll : scope);
+    split->start({}, slots);
     whole->start({}, 0);
   }
   std::unique_ptr<SequenceState> state(models::Model& m) const {
@@ -212,6 +216,33 @@ std::vector<Case> cases() {
   return cs;
 }
 INSTANTIATE_TEST_SUITE_P(Fixtures, Distributed, ::testing::ValuesIn(cases()));
+
+// Streaming experts across ranks (--mem-budget under mpirun): each rank reads its rows of each chosen expert from the
+// file into a small cache (repacked as read) instead of holding its rows of every expert. Rows split: one process's
+// logits bit for bit at any cache size; whole experts per rank: the expert-parallel tolerance.
+TEST(DistributedStreaming, ExpertsReadFromTheFileMatchOneProcess) {
+  for (const char* f : {"q35-ratio.f16.gguf", "q35-ratio.q4_0.gguf", "q35-ratio.q4_k_m.gguf"})
+    for (int64_t slots : {1, 3})
+      for (bool whole_experts : {false, true}) {
+        Pair p(kModels / f, RepackScope::kDense, whole_experts, slots);
+        ASSERT_TRUE(p.split->experts_streamed());
+        const int64_t V = p.whole->info().n_vocab;
+        const std::vector<int32_t> toks = test::read_prompts(kModels / "q35-ratio" / "ref_hf.json").back().tokens;
+        std::vector<float> lg[2];
+        models::Model* ms[2] = {p.split.get(), p.whole.get()};
+        for (int i = 0; i < 2; ++i) {
+          auto st = p.state(*ms[i]);
+          std::vector<SeqInput> b(1);
+          b[0] = {st.get(), toks, true};
+          lg[i] = ms[i]->forward(b);
+        }
+        const std::string what = std::string(f) + " slots " + std::to_string(slots) + (whole_experts ? " expert-parallel" : "");
+        EXPECT_TRUE(same_on_every_rank(lg[0].data(), lg[0].size() * sizeof(float))) << what;
+        if (whole_experts) expect_close(lg[0], lg[1], V, what, std::string(f).find(".f16") == std::string::npos);
+        else EXPECT_EQ(lg[0], lg[1]) << what << ": streamed across ranks vs one process, bit for bit";
+        EXPECT_GT(p.split->expert_stats().misses, 0u) << what << ": experts were read";
+      }
+}
 
 // The MTP block's draft forward (its own MoE layer and head, split too) against one process.
 TEST(DistributedDraft, MtpRowsMatchOneProcess) {

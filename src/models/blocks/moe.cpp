@@ -8,11 +8,13 @@ namespace tern::models {
 
 Linear MoeWeights::expert_gate(int64_t e, int64_t n_ff) const {
   e -= expert0;
-  return fused_gate_up ? gate_exps.rows(e * 2 * n_ff, n_ff) : gate_exps.rows(e * n_ff, n_ff);
+  const int64_t F = ff_stride ? ff_stride : n_ff;
+  return fused_gate_up ? gate_exps.rows(e * 2 * F + ff0, n_ff) : gate_exps.rows(e * F + ff0, n_ff);
 }
 Linear MoeWeights::expert_up(int64_t e, int64_t n_ff) const {
   e -= expert0;
-  return fused_gate_up ? gate_exps.rows(e * 2 * n_ff + n_ff, n_ff) : up_exps.rows(e * n_ff, n_ff);
+  const int64_t F = ff_stride ? ff_stride : n_ff;
+  return fused_gate_up ? gate_exps.rows(e * 2 * F + F + ff0, n_ff) : up_exps.rows(e * F + ff0, n_ff);
 }
 
 

@@ -40,10 +40,16 @@ struct MoeWeights {
   // (the other experts' terms are the other ranks'). n_local < 0: every expert, one process.
   int64_t expert0 = 0, n_local = -1;
   bool run_shared = true;
+  // Experts split by rows but left in the file's stacked matrices (SplitOptions::experts_in_file): an expert's rows
+  // are [ff0, ff0 + n_ff) of its ff_stride gate (and up) rows and [d0, d0 + n_embd) of its d_stride down rows.
+  // 0 strides: the matrices hold exactly the rows asked for (n_ff and n_embd per expert).
+  int64_t ff0 = 0, ff_stride = 0, d0 = 0, d_stride = 0;
   bool owns(int64_t e) const { return n_local < 0 || (e >= expert0 && e < expert0 + n_local); }
   Linear expert_gate(int64_t e, int64_t n_ff) const;
   Linear expert_up(int64_t e, int64_t n_ff) const;
-  Linear expert_down(int64_t e, int64_t n_embd) const { return down_exps.rows((e - expert0) * n_embd, n_embd); }
+  Linear expert_down(int64_t e, int64_t n_embd) const {
+    return down_exps.rows((e - expert0) * (d_stride ? d_stride : n_embd) + d0, n_embd);
+  }
 };
 
 struct ExpertMatrices {

@@ -371,7 +371,7 @@ void Model::split_heads(Comm& c) {
   config = rank_config(config, R, me);
 }
 
-void Model::split_expert_rows(Comm& c) {
+void Model::split_expert_rows(Comm& c, bool in_file) {
   const int R = c.size(), me = c.rank();
   const int64_t E = config.n_expert, F = config.n_ff_exp, Fs = config.n_ff_shexp, D = config.n_embd;
   const int64_t A = quant::kRepackRows;
@@ -386,6 +386,15 @@ void Model::split_expert_rows(Comm& c) {
   moe_embd_local = dl;
   for (LayerWeights& l : weights.layers) {
     MoeWeights& m = l.moe;
+    if (Fs > 0) {
+      m.gate_shexp = m.gate_shexp.rows(s0, sl);
+      m.up_shexp = m.up_shexp.rows(s0, sl);
+      m.down_shexp = m.down_shexp.rows(d0, dl);
+    }
+    if (in_file) {  // views: each expert's rows are found in place (a streamed expert reads just those)
+      m.ff0 = f0, m.ff_stride = F, m.d0 = d0, m.d_stride = D;
+      continue;
+    }
     Runs gate, up, down;
     for (int64_t e = 0; e < E; ++e) {
       if (m.fused_gate_up) {  // per expert: its F gate rows, then its F up rows
@@ -400,11 +409,6 @@ void Model::split_expert_rows(Comm& c) {
     m.gate_exps = take_rows(*backend, *file, m.gate_exps, gate, split_copies);
     if (!m.fused_gate_up) m.up_exps = take_rows(*backend, *file, m.up_exps, up, split_copies);
     m.down_exps = take_rows(*backend, *file, m.down_exps, down, split_copies);
-    if (Fs > 0) {
-      m.gate_shexp = m.gate_shexp.rows(s0, sl);
-      m.up_shexp = m.up_shexp.rows(s0, sl);
-      m.down_shexp = m.down_shexp.rows(d0, dl);
-    }
   }
 }
 
@@ -449,8 +453,9 @@ void Model::distribute(Comm& c, const SplitOptions& opt) {
   const bool rows_fit = config.n_ff_exp >= static_cast<int64_t>(quant::kRepackRows) * R &&
                         (config.n_ff_shexp == 0 || config.n_ff_shexp >= static_cast<int64_t>(quant::kRepackRows) * R);
   if (!opt.whole_experts && rows_fit) {
-    split_expert_rows(c);
-    log::info("across %d ranks: each rank holds 1/%d of the rows of every expert (balanced at batch 1, exact)", R, R);
+    split_expert_rows(c, opt.experts_in_file);
+    log::info("across %d ranks: each rank holds 1/%d of the rows of every expert (balanced at batch 1, exact)%s", R, R,
+              opt.experts_in_file ? "; routed experts read from the file" : "");
     return;
   }
   if (!opt.whole_experts)
@@ -494,9 +499,15 @@ RepackReport Model::repack(RepackScope scope) {
     if (weights.mtp.head_sub.data != before)
       std::erase_if(weights.owned, [&](const auto& b) { return b->data() == before; });
   }
-  const bool experts = scope == RepackScope::kAll && qwen35moe::expert_rows_grouped(config);
+  // Experts left in the file's matrices across ranks (views of this rank's rows, SplitOptions::experts_in_file)
+  // are not repacked here: that would copy every rank's rows.
+  const bool in_file = std::any_of(weights.layers.begin(), weights.layers.end(),
+                                   [](const LayerWeights& l) { return l.moe.ff_stride != 0; });
+  const bool experts = scope == RepackScope::kAll && qwen35moe::expert_rows_grouped(config) && !in_file;
   if (scope == RepackScope::kAll && !qwen35moe::expert_rows_grouped(config))
     R.report().kept.push_back("routed experts (n_ff_exp or n_embd not a multiple of 8 rows)");
+  else if (scope == RepackScope::kAll && in_file)
+    R.report().kept.push_back("routed experts (this rank's rows, read from the file: --mem-budget across ranks)");
   for (LayerWeights& l : weights.layers) {
     for (Linear* w : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.dn.wqkv, &l.dn.wgate, &l.dn.wbeta,
                       &l.dn.walpha, &l.dn.wba, &l.dn.wout, &l.moe.gate_shexp, &l.moe.up_shexp, &l.moe.down_shexp,

@@ -114,7 +114,8 @@ struct Model {
   void split_heads(Comm& comm);
   // Routed and shared experts by rows: each rank keeps rows [f0, f1) of every expert's gate and up and rows [d0, d1) of
   // every down (blocks/moe.h MoeSplit), gathered into stacked matrices of their own.
-  void split_expert_rows(Comm& comm);
+  // in_file: the routed experts' rows stay in the file's matrices (MoeWeights ff0 / d0 and strides), not copied.
+  void split_expert_rows(Comm& comm, bool in_file = false);
   // Whether routed experts stay on 8-row groups when sliced per expert (n_ff_exp and n_embd multiples of 8).
   bool expert_rows_grouped() const;
   // The routed experts, for an ExpertStore (models/expert_store.h).
