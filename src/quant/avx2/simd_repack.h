@@ -55,6 +55,10 @@ inline __m256i dup_i8(const uint8_t* p) {
   return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
 }
 
+inline __m256i pair16(int32_t lo, int32_t hi) {  // int32 lanes of the int16 pair (lo, hi)
+  return _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(hi) << 16) | (lo & 0xFFFF)));
+}
+
 // An accumulator kept in a register at this point: GCC otherwise reassociates a chain of integer vector adds
 // into all products first and one sum at the end, which needs a register per product and spills (measured: the
 // Q4_K kernel's int16 sums went through the stack). No instruction; only the integer sums' association changes,
@@ -212,6 +216,15 @@ inline void q6_k_piece(const uint8_t* g, int h, int k, __m256i v[4]) {
   v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
 }
 
+// Quarter q of piece k of half h alone: the 6-bit values of elements 128h + 32q + 4k + i.
+inline __m256i q6_k_quarter(const uint8_t* g, int h, int k, int q) {
+  const __m256i ql = load(g + x8::kQ6_K_ql + 32 * (16 * h + k) + 32 * 8 * (q & 1));
+  const __m256i qh = load(g + x8::kQ6_K_qh + 32 * (8 * h + k));
+  const __m256i lo = _mm256_and_si256(q < 2 ? ql : _mm256_srli_epi16(ql, 4), b8(0x0F));
+  const __m256i hi = q == 0 ? _mm256_slli_epi16(qh, 4) : q == 1 ? _mm256_slli_epi16(qh, 2) : q == 2 ? qh : _mm256_srli_epi16(qh, 2);
+  return _mm256_or_si256(lo, _mm256_and_si256(hi, b8(0x30)));
+}
+
 template <class Ops, int NT>
 void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
   for (int64_t b = 0; b < nb; ++b, g += x8::kQ6_K_block) {
@@ -240,27 +253,40 @@ void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
             for (int t = 0; t < NT; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(s[q][t], sc));
           }
         }
-    } else
+    } else {
+      // The offset for all 16 sub-blocks first: madd of the scale pairs (sc_j, sc_j+1) of each row with
+      // (-16 bsum_j, -16 bsum_j+1) (-32 bsum could leave int16), doubled once at the end.
+      __m256i off[NT];
+      for (int t = 0; t < NT; ++t) off[t] = _mm256_setzero_si256();
+      for (int j = 0; j < 16; j += 2) {
+        const __m256i sp = _mm256_cvtepi8_epi16(
+            _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + x8::kQ6_K_sc + 8 * j)),
+                              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + x8::kQ6_K_sc + 8 * j + 8))));
+        for (int t = 0; t < NT; ++t) {
+          const int16_t* bsums = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].bsums;
+          off[t] = _mm256_add_epi32(off[t], _mm256_madd_epi16(sp, pair16(-16 * bsums[j], -16 * bsums[j + 1])));
+        }
+      }
+      for (int t = 0; t < NT; ++t) isum[t] = _mm256_slli_epi32(off[t], 1);
+    }
+    if constexpr (!Ops::kVnni)
     for (int h = 0; h < 2; ++h)
       for (int kh = 0; kh < 2; ++kh) {
         __m256i sc[4];
-        for (int q = 0; q < 4; ++q) {
-          const int j = 8 * h + 2 * q + kh;  // sub-block of elements 128h + 32q + 16kh ..
-          sc[q] = dup_i8(g + x8::kQ6_K_sc + 8 * j);
-          for (int t = 0; t < NT; ++t) {
-            const int32_t m16 = -16 * reinterpret_cast<const BlockQ8_K*>(xr[t])[b].bsums[j];
-            const __m256i bs = _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(m16) << 16) | (m16 & 0xFFFF)));
-            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(sc[q], bs));
-          }
-        }
-        for (int k = 4 * kh; k < 4 * kh + 4; ++k) {
-          __m256i v[4];
-          q6_k_piece(g, h, k, v);
-          for (int t = 0; t < NT; ++t) {
-            const int8_t* xq = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 4 * k;
-            for (int q = 0; q < 4; ++q) {
-              isum[t] = _mm256_add_epi32(
-                  isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(v[q], bcast4(xq + 32 * q)), sc[q]));
+        for (int q = 0; q < 4; ++q) sc[q] = dup_i8(g + x8::kQ6_K_sc + 8 * (8 * h + 2 * q + kh));
+        // Two pieces at a time: their maddubs pairs (each <= 2 * 63 * 128 = 16128) summed in int16 stay below
+        // 32768, so one madd with the scale widens both (5 ops per 2 products instead of 6). Quarter by quarter,
+        // each decoded from memory, so that the tokens' sums stay in registers (all four quarters of two pieces
+        // at once spilled them).
+        for (int k = 4 * kh; k < 4 * kh + 4; k += 2) {
+          prefetch_ahead<x8::kQ6_K_block, 8>(g, 4 * h + k / 2);
+          for (int q = 0; q < 4; ++q) {
+            const __m256i v0 = q6_k_quarter(g, h, k, q), v1 = q6_k_quarter(g, h, k + 1, q);
+            for (int t = 0; t < NT; ++t) {
+              const int8_t* xq = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 4 * k + 32 * q;
+              const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(v0, bcast4(xq)),
+                                                 _mm256_maddubs_epi16(v1, bcast4(xq + 4)));
+              isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sc[q]));
               pin(isum[t]);
             }
           }
@@ -298,9 +324,6 @@ struct Acc32 {
   }
 };
 
-inline __m256i pair16(int32_t lo, int32_t hi) {  // int32 lanes of the int16 pair (lo, hi)
-  return _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(hi) << 16) | (lo & 0xFFFF)));
-}
 inline __m256i i8x8_to_i32(const uint8_t* p) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
