@@ -87,7 +87,8 @@ void attend_group(const float* q, int64_t n_q, const AttnBlock& b, int64_t n_pos
     const float* kr = row_f32(b.k_type, b.k, b.k16, b.sink, b.window, n_pos, p, hd, row);
     for (int64_t j = 0; j < n_q; ++j) scores[j * n_pos + p] = vec::dot(q + j * hd, kr, hd) * b.scale;
   }
-  double sum[kHeadsPerTask];
+  thread_local std::vector<double> sum;
+  sum.resize(static_cast<size_t>(n_q));
   for (int64_t j = 0; j < n_q; ++j) {
     float* sc = scores + j * n_pos;
     float mx = -INFINITY;
@@ -240,11 +241,27 @@ int64_t hadamard_block(int64_t head_dim) {
   return b;
 }
 
-void hadamard_rows(float* x, int64_t n_rows, int64_t n, int64_t block, Isa isa) {
+namespace {
+// dst = src (when they differ) times the Hadamard blocks, in chunks of rows on all threads: rows are independent, so
+// any cut gives the same bits as one pass.
+void rotate_rows(const float* src, float* dst, int64_t n_rows, int64_t n, int64_t block, Isa isa) {
   if (block < 1 || (block & (block - 1)) != 0 || n % block != 0)
     fail("hadamard_rows: block %lld is not a power of two dividing %lld", static_cast<long long>(block),
          static_cast<long long>(n));
-  kernels(isa).hadamard(x, n_rows * (n / block), block);
+  const int64_t rows = n_rows * (n / block), per = std::max<int64_t>(1, 4096 / block);
+  const auto fn = kernels(isa).hadamard;
+  const auto chunk = [&](int64_t c) {
+    const int64_t off = c * per * block, m = std::min(per, rows - c * per);
+    if (src != dst) std::memcpy(dst + off, src + off, sizeof(float) * m * block);
+    fn(dst + off, m, block);
+  };
+  if (rows <= per) chunk(0);
+  else parallel_for((rows + per - 1) / per, chunk);
+}
+}  // namespace
+
+void hadamard_rows(float* x, int64_t n_rows, int64_t n, int64_t block, Isa isa) {
+  rotate_rows(x, x, n_rows, n, block, isa);
 }
 
 void f32_to_f16_ref(const float* x, uint16_t* y, int64_t n) {
@@ -260,9 +277,8 @@ void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t n_t
   if (kv.rotate) {  // rotated copies of this call's rows
     const size_t n = static_cast<size_t>(n_tokens * kv.n_head_kv * hd);
     rot.resize(2 * n);
-    std::memcpy(rot.data(), k, n * sizeof(float));
-    std::memcpy(rot.data() + n, v, n * sizeof(float));
-    hadamard_rows(rot.data(), 2 * n_tokens * kv.n_head_kv, hd, hadamard_block(hd), isa);
+    rotate_rows(k, rot.data(), n_tokens * kv.n_head_kv, hd, hadamard_block(hd), isa);
+    rotate_rows(v, rot.data() + n, n_tokens * kv.n_head_kv, hd, hadamard_block(hd), isa);
     k = rot.data();
     v = rot.data() + n;
   }
@@ -291,12 +307,15 @@ void attention_causal(const float* q, int64_t n_tokens, int64_t n_head, const Kv
   const int64_t block = hadamard_block(hd);
   thread_local std::vector<float> qrot;
   if (kv.rotate) {  // q . k is unchanged when both are rotated
-    qrot.assign(q, q + n_tokens * n_head * hd);
-    hadamard_rows(qrot.data(), n_tokens * n_head, hd, block, isa);
+    qrot.resize(static_cast<size_t>(n_tokens * n_head * hd));
+    rotate_rows(q, qrot.data(), n_tokens * n_head, hd, block, isa);
     q = qrot.data();
   }
   const int64_t group = n_head / kv.n_head_kv;
-  const int64_t per_task = group < kHeadsPerTask ? group : kHeadsPerTask;
+  // Several tokens over a block-format cache: one task takes all query heads of its KV head, so that a decoded tile
+  // of rows serves them all (the kernel still works four heads at a time).
+  const bool whole_group = n_tokens > 1 && (kv_quantized(kv.k_type) || kv_quantized(kv.v_type));
+  const int64_t per_task = whole_group ? group : group < kHeadsPerTask ? group : kHeadsPerTask;
   const int64_t tasks_per_group = (group + per_task - 1) / per_task;
   const int64_t n_blocks = (n_tokens + kTokensPerTask - 1) / kTokensPerTask;
   const int64_t per_block = kv.n_head_kv * tasks_per_group;

@@ -231,8 +231,10 @@ TERN_INSTANTIATE_SIMD(IsaKvQuant);
 // including a long context where V is read in several tiles on both sides of the window boundary.
 TEST_P(IsaKvQuant, VsRef) {
   std::mt19937_64 rng(34);
-  for (const int64_t depth : {int64_t{1}, int64_t{37}, int64_t{300}}) {
+  for (const int64_t depth : {int64_t{1}, int64_t{37}, int64_t{300}})
+  for (const int64_t n_head : {int64_t{8}, int64_t{20}}) {  // 4 and 10 query heads per KV head
     Shape s;
+    s.n_head = n_head;
     s.hd = 128;
     s.n_ctx = depth + 4;
     const int64_t T = depth > 4 ? 3 : 1, past = depth + 1 - T, row = s.n_head_kv * s.hd;
@@ -247,7 +249,8 @@ TEST_P(IsaKvQuant, VsRef) {
         attention_causal(q.data(), T, s.n_head, c.view, past, 0.09f, ref.data(), Isa::kRef);
         attention_causal(q.data(), T, s.n_head, c.view, past, 0.09f, got.data(), isa());
         EXPECT_TRUE(got.ok());
-        EXPECT_LE(nmse(got.values(), ref), 1e-12) << kv_type_name(t) << " depth " << depth << " window " << window;
+        EXPECT_LE(nmse(got.values(), ref), 1e-12)
+            << kv_type_name(t) << " depth " << depth << " window " << window << " heads " << n_head;
       }
   }
 }
@@ -262,32 +265,45 @@ TEST_P(IsaKvQuant, HadamardBitExact) {
     hadamard_rows(b.data(), 5, n, n, isa());
     EXPECT_TRUE(bit_equal(a, b)) << n;
   }
+  // Many rows: cut into chunks on several threads, the same bits.
+  const auto x = rand_vec(rng, 100 * 256, -4.0f, 4.0f);
+  std::vector<float> a = x, b = x;
+  hadamard_rows(a.data(), 100, 256, 256, Isa::kRef);
+  const int saved = n_threads();
+  set_n_threads(3);
+  hadamard_rows(b.data(), 50, 512, 256, isa());
+  set_n_threads(saved);
+  EXPECT_TRUE(bit_equal(a, b));
 }
 
 // Batch == one by one == another thread count, bit for bit, with a sink and window (a query's reads depend on its
-// own position only) and with the rotation.
+// own position only) and with the rotation. With head size 256 the decoded tiles of a batch (64 rows) end inside the
+// context; 8 and 10 query heads per KV head take a batch's task in groups of four; mixed K / V types too.
 TEST_P(IsaKvQuant, BatchEqualsOneByOne) {
-  Shape s;
   std::mt19937_64 rng(36);
-  const int64_t T = 40, row = s.n_head_kv * s.hd, row_q = s.n_head * s.hd;
-  const auto k = rand_vec(rng, T * row, -2.0f, 2.0f), v = rand_vec(rng, T * row, -1.0f, 1.0f);
-  const auto q = rand_vec(rng, T * row_q, -2.0f, 2.0f);
-  for (KvType t : kQuant) {
-    Cache a(s, t, t, 3, 7, true), b(s, t, t, 3, 7, true);
-    std::vector<float> batch(T * row_q), single(batch.size()), multi(batch.size());
-    const int saved = n_threads();
-    set_n_threads(1);
-    kv_store(a.view, k.data(), v.data(), T, 0, isa());
-    attention_causal(q.data(), T, s.n_head, a.view, 0, 0.125f, batch.data(), isa());
-    set_n_threads(3);
-    attention_causal(q.data(), T, s.n_head, a.view, 0, 0.125f, multi.data(), isa());
-    for (int64_t i = 0; i < T; ++i) {
-      kv_store(b.view, k.data() + i * row, v.data() + i * row, 1, i, isa());
-      attention_causal(q.data() + i * row_q, 1, s.n_head, b.view, i, 0.125f, single.data() + i * row_q, isa());
+  const std::pair<KvType, KvType> types[] = {{KvType::kQ8_0, KvType::kQ8_0}, {KvType::kQ4_0, KvType::kQ4_0},
+                                             {KvType::kQ8_0, KvType::kF16}, {KvType::kF16, KvType::kQ4_0}};
+  for (const Shape& s : {Shape{}, Shape{16, 2, 256, 150}, Shape{20, 2, 64, 60}}) {
+    const int64_t T = s.n_ctx - 10, row = s.n_head_kv * s.hd, row_q = s.n_head * s.hd;
+    const auto k = rand_vec(rng, T * row, -2.0f, 2.0f), v = rand_vec(rng, T * row, -1.0f, 1.0f);
+    const auto q = rand_vec(rng, T * row_q, -2.0f, 2.0f);
+    for (const auto& [kt, vt] : types) {
+      Cache a(s, kt, vt, 3, 7, true), b(s, kt, vt, 3, 7, true);
+      std::vector<float> batch(T * row_q), single(batch.size()), multi(batch.size());
+      const int saved = n_threads();
+      set_n_threads(1);
+      kv_store(a.view, k.data(), v.data(), T, 0, isa());
+      attention_causal(q.data(), T, s.n_head, a.view, 0, 0.125f, batch.data(), isa());
+      set_n_threads(3);
+      attention_causal(q.data(), T, s.n_head, a.view, 0, 0.125f, multi.data(), isa());
+      for (int64_t i = 0; i < T; ++i) {
+        kv_store(b.view, k.data() + i * row, v.data() + i * row, 1, i, isa());
+        attention_causal(q.data() + i * row_q, 1, s.n_head, b.view, i, 0.125f, single.data() + i * row_q, isa());
+      }
+      set_n_threads(saved);
+      EXPECT_TRUE(bit_equal(batch, single)) << kv_type_name(kt) << "/" << kv_type_name(vt) << " hd " << s.hd;
+      EXPECT_TRUE(bit_equal(batch, multi)) << kv_type_name(kt) << "/" << kv_type_name(vt) << " hd " << s.hd;
     }
-    set_n_threads(saved);
-    EXPECT_TRUE(bit_equal(batch, single)) << kv_type_name(t);
-    EXPECT_TRUE(bit_equal(batch, multi)) << kv_type_name(t);
   }
 }
 

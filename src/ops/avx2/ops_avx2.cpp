@@ -37,6 +37,15 @@ struct V8 {
   static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
   static R div(R a, R b) { return _mm256_div_ps(a, b); }
   static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }    // a b + c, one rounding
+  // One Walsh-Hadamard stage of span h < kL inside the vector: lane j (bit h clear) gets x[j] + x[j + h], lane
+  // j + h gets x[j] - x[j + h] (the twin's a + c and a - c, so the same bits).
+  static R butterfly(R x, int64_t h) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i hv = _mm256_set1_epi32(static_cast<int>(h));
+    const R p = _mm256_permutevar8x32_ps(x, _mm256_xor_si256(lane, hv));  // the partner of every lane
+    const R upper = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(lane, hv), hv));
+    return _mm256_blendv_ps(_mm256_add_ps(x, p), _mm256_sub_ps(p, x), upper);
+  }
   static R fnma(R a, R b, R c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a b, one rounding
   static R neg(R x) { return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f)); }
   // maxps returns its second operand when either is NaN: a NaN in x leaves acc (the ref's `x > m ? x : m`).

@@ -43,6 +43,15 @@ struct V16 {
   static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
   static R div(R a, R b) { return _mm512_div_ps(a, b); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }    // a b + c, one rounding
+  // One Walsh-Hadamard stage of span h < kL inside the vector: lane j (bit h clear) gets x[j] + x[j + h], lane
+  // j + h gets x[j] - x[j + h] (the twin's a + c and a - c, so the same bits).
+  static R butterfly(R x, int64_t h) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i hv = _mm512_set1_epi32(static_cast<int>(h));
+    const R p = _mm512_permutexvar_ps(_mm512_xor_si512(lane, hv), x);  // the partner of every lane
+    const __mmask16 upper = _mm512_test_epi32_mask(lane, hv);
+    return _mm512_mask_blend_ps(upper, _mm512_add_ps(x, p), _mm512_sub_ps(p, x));
+  }
   static R fnma(R a, R b, R c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a b, one rounding
   static R neg(R x) {
     return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
