@@ -352,11 +352,7 @@ void Scheduler::loop() {
     }
     if (jobs.empty()) continue;
     if (comm_) broadcast_json(*comm_, tick);
-    for (Job* j : jobs)
-      if (j->fresh) start(*j);
-    std::sort(jobs.begin(), jobs.end(), [](const Job* a, const Job* b) { return a->order < b->order; });
-    step(jobs);
-    retire_done();
+    run_step(jobs);
   }
 }
 
@@ -387,16 +383,22 @@ void Scheduler::follow() {
         for (auto& j : slots_)
           if (j) jobs.push_back(j.get());
       }
-      for (Job* j : jobs)
-        if (j->fresh) start(*j);
-      std::sort(jobs.begin(), jobs.end(), [](const Job* a, const Job* b) { return a->order < b->order; });
-      step(jobs);
-      retire_done();
+      run_step(jobs);
     }
   } catch (const std::exception& e) {  // a follower out of step with the leader cannot recover: end the job
     std::fprintf(stderr, "tern: error: rank %d of %d: serving: %s\n", comm_->rank(), comm_->size(), e.what());
     comm_->abort(1);
   }
+}
+
+// One step of the running sequences, the same on the leader and every follower: new jobs start (prompt and prefix
+// cache), all take one batched step in admission order, finished ones leave.
+void Scheduler::run_step(std::vector<Job*>& jobs) {
+  for (Job* j : jobs)
+    if (j->fresh) start(*j);
+  std::sort(jobs.begin(), jobs.end(), [](const Job* a, const Job* b) { return a->order < b->order; });
+  step(jobs);
+  retire_done();
 }
 
 void Scheduler::start(Job& j) {

@@ -152,6 +152,7 @@ class Scheduler {
   std::unique_ptr<Job> make_job(GenRequest r);  // validated, constraints built, prompt seen by the sampler
   void retire_done();  // frees the sequences of finished requests
   void step(std::vector<Job*>& jobs);
+  void run_step(std::vector<Job*>& jobs);  // start fresh jobs, step all in admission order, retire finished ones
   bool after_token(Job& j, int32_t tok, const float* logits, int64_t n_past);  // false: the job has finished (its answer is
                                                                // snapshot by step() once the state is rolled back)
   void start(Job& j);                     // a job that just got a sequence: reset it, resume a cached prefix

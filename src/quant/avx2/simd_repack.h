@@ -221,7 +221,10 @@ inline __m256i q6_k_quarter(const uint8_t* g, int h, int k, int q) {
   const __m256i ql = load(g + x8::kQ6_K_ql + 32 * (16 * h + k) + 32 * 8 * (q & 1));
   const __m256i qh = load(g + x8::kQ6_K_qh + 32 * (8 * h + k));
   const __m256i lo = _mm256_and_si256(q < 2 ? ql : _mm256_srli_epi16(ql, 4), b8(0x0F));
-  const __m256i hi = q == 0 ? _mm256_slli_epi16(qh, 4) : q == 1 ? _mm256_slli_epi16(qh, 2) : q == 2 ? qh : _mm256_srli_epi16(qh, 2);
+  const __m256i hi = q == 0 ? _mm256_slli_epi16(qh, 4)
+                     : q == 1 ? _mm256_slli_epi16(qh, 2)
+                     : q == 2 ? qh
+                              : _mm256_srli_epi16(qh, 2);
   return _mm256_or_si256(lo, _mm256_and_si256(hi, b8(0x30)));
 }
 
