@@ -334,7 +334,6 @@ void repack_groups(const uint8_t* src, size_t stride, int64_t n_rows, int64_t nb
 
 void repack(Type w, const void* src, size_t src_row_stride, int64_t n_rows, int64_t n_in, void* dst) {
   check_repacked(w, n_in, "repack");
-  const size_t tsize = traits(w).type_size, gb = repacked_block_bytes(w);
   const int64_t nb = n_in / traits(w).block_size, groups = (n_rows + kRepackRows - 1) / kRepackRows;
   if (src_row_stride < row_size(traits(w), n_in)) fail("repack: row stride %zu too short", src_row_stride);
   switch (w) {
