@@ -271,30 +271,29 @@ void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
         }
       }
       for (int t = 0; t < NT; ++t) isum[t] = _mm256_slli_epi32(off[t], 1);
-    }
-    if constexpr (!Ops::kVnni)
-    for (int h = 0; h < 2; ++h)
-      for (int kh = 0; kh < 2; ++kh) {
-        __m256i sc[4];
-        for (int q = 0; q < 4; ++q) sc[q] = dup_i8(g + x8::kQ6_K_sc + 8 * (8 * h + 2 * q + kh));
-        // Two pieces at a time: their maddubs pairs (each <= 2 * 63 * 128 = 16128) summed in int16 stay below
-        // 32768, so one madd with the scale widens both (5 ops per 2 products instead of 6). Quarter by quarter,
-        // each decoded from memory, so that the tokens' sums stay in registers (all four quarters of two pieces
-        // at once spilled them).
-        for (int k = 4 * kh; k < 4 * kh + 4; k += 2) {
-          prefetch_ahead<x8::kQ6_K_block, 8>(g, 4 * h + k / 2);
-          for (int q = 0; q < 4; ++q) {
-            const __m256i v0 = q6_k_quarter(g, h, k, q), v1 = q6_k_quarter(g, h, k + 1, q);
-            for (int t = 0; t < NT; ++t) {
-              const int8_t* xq = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 4 * k + 32 * q;
-              const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(v0, bcast4(xq)),
-                                                 _mm256_maddubs_epi16(v1, bcast4(xq + 4)));
-              isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sc[q]));
-              pin(isum[t]);
+      for (int h = 0; h < 2; ++h)
+        for (int kh = 0; kh < 2; ++kh) {
+          __m256i sc[4];
+          for (int q = 0; q < 4; ++q) sc[q] = dup_i8(g + x8::kQ6_K_sc + 8 * (8 * h + 2 * q + kh));
+          // Two pieces at a time: their maddubs pairs (each <= 2 * 63 * 128 = 16128) summed in int16 stay below
+          // 32768, so one madd with the scale widens both (5 ops per 2 products instead of 6). Quarter by quarter,
+          // each decoded from memory, so that the tokens' sums stay in registers (all four quarters of two pieces
+          // at once spilled them).
+          for (int k = 4 * kh; k < 4 * kh + 4; k += 2) {
+            prefetch_ahead<x8::kQ6_K_block, 8>(g, 4 * h + k / 2);
+            for (int q = 0; q < 4; ++q) {
+              const __m256i v0 = q6_k_quarter(g, h, k, q), v1 = q6_k_quarter(g, h, k + 1, q);
+              for (int t = 0; t < NT; ++t) {
+                const int8_t* xq = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 128 * h + 4 * k + 32 * q;
+                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(v0, bcast4(xq)),
+                                                   _mm256_maddubs_epi16(v1, bcast4(xq + 4)));
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sc[q]));
+                pin(isum[t]);
+              }
             }
           }
         }
-      }
+    }
     const __m256 d = load_h8(g);
     for (int t = 0; t < NT; ++t) {
       const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(reinterpret_cast<const BlockQ8_K*>(xr[t])[b].d));
