@@ -10,6 +10,7 @@
 #include "core/cpu.h"
 #include "core/parallel.h"
 #include "ops/attention.h"
+#include "ops/mla.h"
 
 using namespace tern;
 using namespace tern::ops;
@@ -59,6 +60,48 @@ void bm_attention(benchmark::State& st, Isa isa, KvType type, int64_t T, int64_t
   st.counters["tok_per_s"] = benchmark::Counter(static_cast<double>(T) * st.iterations(), benchmark::Counter::kIsRate);
 }
 
+// MLA at GLM-5's widths (64 heads, kv_lora 512, rope 64, nope 192, v 256), T new tokens after `past` cached ones,
+// dense (every causal key): "absorbed" is attention_mla over the one-head latent cache (576-wide keys, the first 512
+// dims as values); "expanded" is the attention step of the plain form, attention_mla_expanded over 64 per-head f32
+// keys and values of 256 (nope + rope keys, v_head values; the expansion's matmuls are not in it).
+void bm_mla(benchmark::State& st, Isa isa, bool expanded, int64_t T, int64_t past) {
+  if (!isa_supported(isa)) {
+    st.SkipWithError("this CPU lacks the ISA");
+    return;
+  }
+  set_n_threads(static_cast<int>(st.range(0)));
+  const int64_t H = 64, dc = 576, L = 512, hd = 256, n_ctx = past + T;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> q(T * H * (expanded ? hd : dc)), out(T * H * (expanded ? hd : L));
+  for (auto& x : q) x = u(rng);
+  std::vector<float> k, v;
+  std::vector<uint16_t> lat;
+  if (expanded) {
+    k.resize(H * n_ctx * hd);
+    v.resize(k.size());
+    for (auto* vec : {&k, &v})
+      for (auto& x : *vec) x = u(rng);
+  } else {
+    std::vector<float> rows(n_ctx * dc);
+    for (auto& x : rows) x = u(rng);
+    lat.resize(rows.size());
+    rows_store(lat.data(), KvType::kF16, n_ctx, dc, rows.data(), n_ctx, 0, isa);
+  }
+  const float scale = 1.0f / 16.0f;
+  for (auto _ : st) {
+    if (expanded) {
+      attention_mla_expanded(q.data(), H * hd, T, H, k.data(), v.data(), n_ctx, hd, hd, past, scale, out.data(), H * hd,
+                             isa);
+    } else {
+      attention_mla(q.data(), T, H, lat.data(), KvType::kF16, n_ctx, dc, L, past, nullptr, 0, nullptr, scale,
+                    out.data(), isa);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.counters["tok_per_s"] = benchmark::Counter(static_cast<double>(T) * st.iterations(), benchmark::Counter::kIsRate);
+}
+
 const int kRegistered = [] {
   for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
     for (KvType type : {KvType::kF16, KvType::kF32, KvType::kQ8_0, KvType::kQ4_0}) {
@@ -75,6 +118,15 @@ const int kRegistered = [] {
       }
     }
   }
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
+    for (bool expanded : {false, true})
+      for (int64_t T : {64, 512})
+        for (int64_t past : {0, 1536}) {
+          const std::string name = std::string("BM_mla/") + isa_name(isa) + (expanded ? "/expanded" : "/absorbed") +
+                                   "/T" + std::to_string(T) + "_past" + std::to_string(past);
+          benchmark::RegisterBenchmark(name.c_str(), bm_mla, isa, expanded, T, past)
+              ->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+        }
   return 0;
 }();
 

@@ -207,6 +207,12 @@ class Backend {
   virtual void attention_mla(const float* q, int64_t n_tok, int64_t n_head, const void* kv, ops::KvType type,
                              int64_t n_ctx, int64_t dk, int64_t dv, int64_t pos0, const int32_t* sel,
                              int64_t sel_stride, const int32_t* n_sel, float scale, float* out) = 0;
+  virtual void rows_load(const void* cache, ops::KvType type, int64_t n_ctx, int64_t dim, int64_t pos0,
+                         int64_t n_rows, float* out) = 0;
+  // The plain form over per-head keys k [n_head, n_ctx, dk] and values v [n_head, n_ctx, dv] (ops/mla.h).
+  virtual void attention_mla_expanded(const float* q, int64_t q_stride, int64_t n_tok, int64_t n_head, const float* k,
+                                      const float* v, int64_t n_ctx, int64_t dk, int64_t dv, int64_t pos0, float scale,
+                                      float* out, int64_t out_stride) = 0;
 
   // ---- gated DeltaNet
   // beta = sigmoid(beta); g = a * softplus(g + dt_bias), both [n_rows, n_heads].

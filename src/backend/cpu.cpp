@@ -234,6 +234,15 @@ class CpuBackend final : public Backend {
                      const int32_t* n_sel, float scale, float* out) override {
     ops::attention_mla(q, n_tok, n_head, kv, type, n_ctx, dk, dv, pos0, sel, sel_stride, n_sel, scale, out);
   }
+  void rows_load(const void* cache, ops::KvType type, int64_t n_ctx, int64_t dim, int64_t pos0, int64_t n_rows,
+                 float* out) override {
+    ops::rows_load(cache, type, n_ctx, dim, pos0, n_rows, out);
+  }
+  void attention_mla_expanded(const float* q, int64_t q_stride, int64_t n_tok, int64_t n_head, const float* k,
+                              const float* v, int64_t n_ctx, int64_t dk, int64_t dv, int64_t pos0, float scale,
+                              float* out, int64_t out_stride) override {
+    ops::attention_mla_expanded(q, q_stride, n_tok, n_head, k, v, n_ctx, dk, dv, pos0, scale, out, out_stride);
+  }
 
   void delta_gates(float* beta, float* g, const float* a, const float* dt_bias, int64_t n_rows,
                    int64_t n_heads) override {

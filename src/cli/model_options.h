@@ -47,6 +47,10 @@ inline void add_engine_options(CLI::App& app, runtime::EngineOptions& o, ModelAr
   app.add_option("-t,--threads", o.threads, "Threads (0: all hardware threads)");
   app.add_option("--dump-tensors", o.dump_dir, "Write every named intermediate as DIR/<name>.npy");
   app.add_flag("--stats", o.stats, "Print expert-cache counters and memory use (resident, peak, plan) at the end");
+  app.add_option("--mla-form", o.mla_form,
+                 "MLA models (glm-dsa): how prefill attention runs: auto (the expanded form for long enough prompt "
+                 "pieces, measured), absorbed, or expanded (wherever every key is attended)")
+      ->capture_default_str();
   app.add_flag("--expert-parallel", o.expert_parallel,
                "Under mpirun: each rank holds whole experts, 1/N of them, and a layer's output is summed over ranks "
                "(default: each rank holds 1/N of the rows of every expert: balanced at batch 1, exact)");

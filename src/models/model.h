@@ -81,6 +81,13 @@ struct LogitsShare {
 };
 
 // How Model::distribute splits routed experts across ranks.
+// How an MLA model (glm-dsa) runs a segment's attention (models/blocks/mla.h): kAuto chooses per segment by a
+// measured rule; the others force the absorbed form (queries through W_UK, one latent head; decode's form) or the
+// expanded one (per-head keys and values expanded from the latent rows) wherever a segment attends every key.
+enum class MlaForm { kAuto, kAbsorbed, kExpanded };
+const char* mla_form_name(MlaForm f);               // "auto", "absorbed", "expanded"
+bool parse_mla_form(const std::string& s, MlaForm* f);  // false for another name
+
 struct SplitOptions {
   // Expert parallel: each rank holds 1/N of the experts, whole, and a layer's output is summed over ranks (at batch
   // 1 the rank holding most of the token's top-k sets the pace). Default: every rank holds 1/N of the rows of every
@@ -138,6 +145,11 @@ class Model : public ModelShape {
   virtual const std::vector<float>& hidden() const = 0;
   // Whether the model can draft (the file has an MTP block); states then carry a draft() state.
   virtual bool can_draft() const = 0;
+  // --mla-form: before start(). An architecture without MLA attention refuses any form but kAuto.
+  virtual void set_mla_form(MlaForm form) {
+    if (form != MlaForm::kAuto)
+      fail("--mla-form %s: %s has no multi-head latent attention (glm-dsa has)", mla_form_name(form), info().arch.c_str());
+  }
   // One forward of the draft block over every sequence's rows; advances their draft states. Returns logits rows
   // like forward(). Throws Error (without touching any state) for a model without a draft block, a row count
   // mismatch, a token out of range or a draft state past its context.

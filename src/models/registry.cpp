@@ -57,3 +57,25 @@ std::unique_ptr<Model> load_model(const std::string& path, std::unique_ptr<backe
 }
 
 }  // namespace tern::models
+
+namespace tern::models {
+
+const char* mla_form_name(MlaForm f) {
+  switch (f) {
+    case MlaForm::kAuto: return "auto";
+    case MlaForm::kAbsorbed: return "absorbed";
+    case MlaForm::kExpanded: return "expanded";
+  }
+  return "?";
+}
+
+bool parse_mla_form(const std::string& s, MlaForm* f) {
+  for (MlaForm x : {MlaForm::kAuto, MlaForm::kAbsorbed, MlaForm::kExpanded})
+    if (s == mla_form_name(x)) {
+      *f = x;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace tern::models

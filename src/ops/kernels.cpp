@@ -38,6 +38,8 @@ const Kernels& kernels_ref() {
       &layer_norm_ref,
       &indexer_scores_ref,
       &attend_mla_ref,
+      &f16_to_f32_ref,
+      &attend_mla_expanded_ref,
   };
   return k;
 }

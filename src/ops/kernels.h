@@ -62,6 +62,20 @@ struct MlaBlock {
   float scale = 1.0f;
 };
 
+// One task of the expanded-form MLA attention (mla.h attention_mla_expanded): tokens [0, n_tok) of one query head
+// over that head's own key and value rows (f32), every causal position.
+struct MlaExpBlock {
+  const float* q;          // token t: q + t * q_stride [dk]
+  float* out;              // token t: out + t * out_stride [dv]
+  int64_t q_stride = 0, out_stride = 0;
+  int64_t n_tok = 0, dk = 0, dv = 0;
+  int64_t n_pos0 = 0;      // token t attends positions [0, n_pos0 + t)
+  const float* k;          // position p: k + p * k_stride [dk]
+  const float* v;          // position p: v + p * v_stride [dv]
+  int64_t k_stride = 0, v_stride = 0;
+  float scale = 1.0f;
+};
+
 // Lightning-indexer scores of one task (mla.h indexer_topk): tokens [0, n_tok) x key positions [s0, s1).
 struct IndexerBlock {
   const float* q;  // token t, head j: q + (t * n_head + j) * dim, f32
@@ -111,6 +125,8 @@ struct Kernels {
                      float eps);
   void (*indexer_scores)(const IndexerBlock& b);
   void (*attend_mla)(const MlaBlock& b);
+  void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n);  // exact
+  void (*attend_mla_expanded)(const MlaExpBlock& b);
 };
 
 // The table for isa; throws tern::Error if this CPU cannot run it.
@@ -152,5 +168,7 @@ void rope_interleaved_ref(float* x, int64_t n_tokens, int64_t n_head, int64_t he
 void layer_norm_ref(const float* x, const float* w, const float* b, float* y, int64_t n_rows, int64_t n, float eps);
 void indexer_scores_ref(const IndexerBlock& b);
 void attend_mla_ref(const MlaBlock& b);
+void f16_to_f32_ref(const uint16_t* x, float* y, int64_t n);
+void attend_mla_expanded_ref(const MlaExpBlock& b);
 
 }  // namespace tern::ops

@@ -169,6 +169,34 @@ void attend_mla_ref(const MlaBlock& b) {
   }
 }
 
+void f16_to_f32_ref(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+}
+
+// As attend_mla_ref for one head whose keys and values are rows of their own.
+void attend_mla_expanded_ref(const MlaExpBlock& b) {
+  thread_local std::vector<float> sc;
+  for (int64_t t = 0; t < b.n_tok; ++t) {
+    const int64_t n_pos = b.n_pos0 + t;
+    sc.resize(n_pos);
+    const float* q = b.q + t * b.q_stride;
+    float* out = b.out + t * b.out_stride;
+    float mx = -INFINITY;
+    for (int64_t p = 0; p < n_pos; ++p) {
+      sc[p] = vec::dot(q, b.k + p * b.k_stride, b.dk) * b.scale;
+      mx = sc[p] > mx ? sc[p] : mx;
+    }
+    double sum = 0.0;
+    for (int64_t p = 0; p < n_pos; ++p) {
+      sc[p] = std::exp(sc[p] - mx);
+      sum += sc[p];
+    }
+    std::memset(out, 0, sizeof(float) * b.dv);
+    for (int64_t p = 0; p < n_pos; ++p) vec::axpy(sc[p], b.v + p * b.v_stride, out, b.dv);
+    vec::scale(static_cast<float>(1.0 / sum), out, b.dv);
+  }
+}
+
 // ---- public ops ----
 
 void rope_interleaved(float* x, int64_t n_tokens, int64_t n_head, int64_t head_stride, int64_t off, int64_t n_rot,
@@ -263,6 +291,21 @@ void indexer_topk(const float* q, const float* w, int64_t n_tokens, int64_t n_he
   }
 }
 
+void rows_load(const void* cache, KvType type, int64_t n_ctx, int64_t dim, int64_t pos0, int64_t n_rows, float* out,
+               Isa isa) {
+  check_range("rows_load", cache, n_ctx, dim, n_rows, pos0);
+  if (type != KvType::kF32 && type != KvType::kF16) fail("rows_load: cache type %s (f32 or f16)", kv_type_name(type));
+  if (n_rows > 0 && !out) fail("rows_load: null out");
+  const int64_t n = n_rows * dim;
+  if (type == KvType::kF32) {
+    if (n > 0) std::memcpy(out, static_cast<const float*>(cache) + pos0 * dim, sizeof(float) * n);
+    return;
+  }
+  const Kernels& k = kernels(isa);
+  const uint16_t* src = static_cast<const uint16_t*>(cache) + pos0 * dim;
+  split::elements(n, [&](int64_t i0, int64_t i1) { k.f16_to_f32(src + i0, out + i0, i1 - i0); });
+}
+
 namespace {
 
 void check_selection(const int32_t* sel, int64_t sel_stride, const int32_t* n_sel, int64_t n_tokens, int64_t pos0) {
@@ -326,6 +369,44 @@ void attention_mla(const float* q, int64_t n_tokens, int64_t n_head, const void*
     b.f16 = type == KvType::kF16;
     b.scale = scale;
     kern.attend_mla(b);
+  });
+}
+
+void attention_mla_expanded(const float* q, int64_t q_stride, int64_t n_tokens, int64_t n_head, const float* k,
+                            const float* v, int64_t n_ctx, int64_t dk, int64_t dv, int64_t pos0, float scale,
+                            float* out, int64_t out_stride, Isa isa) {
+  check_range("attention_mla_expanded", k, n_ctx, dk, n_tokens, pos0);
+  if (n_head <= 0 || dk <= 0 || dv <= 0 || q_stride < n_head * dk || out_stride < n_head * dv)
+    fail("attention_mla_expanded: n_head %lld, dk %lld, dv %lld, q_stride %lld, out_stride %lld (need rows of "
+         "n_head * dk / n_head * dv within the strides)", ll(n_head), ll(dk), ll(dv), ll(q_stride), ll(out_stride));
+  if (n_tokens > 0 && (!q || !v || !out)) fail("attention_mla_expanded: null q, v or out");
+  const auto qa = reinterpret_cast<std::uintptr_t>(q), oa = reinterpret_cast<std::uintptr_t>(out);
+  if (n_tokens > 0 && qa < oa + sizeof(float) * ((n_tokens - 1) * out_stride + n_head * dv) &&
+      oa < qa + sizeof(float) * ((n_tokens - 1) * q_stride + n_head * dk))
+    fail("attention_mla_expanded: out overlaps q");
+  const Kernels& kern = kernels(isa);
+  const int64_t n_blocks = (n_tokens + kMlaTokensPerTask - 1) / kMlaTokensPerTask;
+  // Task = (head, query block), a head's blocks in turn so that its keys and values (P KiB each at 256 dims) are
+  // read from memory about once; blocks visited 0, last, 1, last - 1, ... as in attention_mla.
+  parallel_for(n_blocks * n_head, [&](int64_t task) {
+    const int64_t i = task % n_blocks, h = task / n_blocks;
+    const int64_t blk = i % 2 == 0 ? i / 2 : n_blocks - 1 - i / 2;
+    const int64_t t0 = blk * kMlaTokensPerTask;
+    MlaExpBlock b;
+    b.q = q + t0 * q_stride + h * dk;
+    b.out = out + t0 * out_stride + h * dv;
+    b.q_stride = q_stride;
+    b.out_stride = out_stride;
+    b.n_tok = std::min(kMlaTokensPerTask, n_tokens - t0);
+    b.dk = dk;
+    b.dv = dv;
+    b.n_pos0 = pos0 + t0 + 1;
+    b.k = k + h * n_ctx * dk;
+    b.v = v + h * n_ctx * dv;
+    b.k_stride = dk;
+    b.v_stride = dv;
+    b.scale = scale;
+    kern.attend_mla_expanded(b);
   });
 }
 

@@ -66,4 +66,25 @@ void attention_mla(const float* q, int64_t n_tokens, int64_t n_head, const void*
                    int64_t dk, int64_t dv, int64_t pos0, const int32_t* sel, int64_t sel_stride,
                    const int32_t* n_sel, float scale, float* out, Isa isa = engine_isa());
 
+// Cache rows [pos0, pos0 + n_rows) of a one-head row cache [n_ctx, dim] (f32 or f16) as f32 into out
+// [n_rows, dim] (f16 converted exactly). Throws tern::Error for a range outside the cache or a block type.
+void rows_load(const void* cache, KvType type, int64_t n_ctx, int64_t dim, int64_t pos0, int64_t n_rows, float* out,
+               Isa isa = engine_isa());
+
+// The plain ("expanded") form of MLA attention, for prefill: every query head has keys and values of its own,
+// expanded from the latent rows by the caller (K = [W_UK c ; rope key], V = W_UV c). For token t (position
+// p = pos0 + t) and head h, over every causal position s <= p:
+//   out[t, h, :] = sum_s softmax_s(scale * q[t, h, :] . k[h, s, :]) v[h, s, :]
+// q: token t head h at q + t * q_stride + h * dk; out: out + t * out_stride + h * dv (must not overlap q);
+// k [n_head, n_ctx, dk], v [n_head, n_ctx, dv], f32, positions 0 .. pos0 + n_tokens - 1 filled. The same math as
+// attention_mla over the latent cache, with dk + dv MACs per (query, key, head) instead of 2 kv_lora + rope.
+// Softmax in fp32 with a double sum, positions in order. Tasks of up to 16 tokens x one head; the vector kernels
+// share each key and value row among 4 tokens and tile positions so that a head's rows are read from memory once
+// per task; a token's arithmetic does not depend on the tokens beside it (its own positions only: weights past
+// them are exactly 0), so results never depend on the thread count.
+// Throws tern::Error on inconsistent shapes or strides, positions outside the cache or out overlapping q.
+void attention_mla_expanded(const float* q, int64_t q_stride, int64_t n_tokens, int64_t n_head, const float* k,
+                            const float* v, int64_t n_ctx, int64_t dk, int64_t dv, int64_t pos0, float scale,
+                            float* out, int64_t out_stride, Isa isa = engine_isa());
+
 }  // namespace tern::ops

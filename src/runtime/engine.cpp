@@ -104,6 +104,8 @@ CheckedOptions check_options(const EngineOptions& o) {
   if (o.n_ctx < 0) fail("-c/--ctx-size must be >= 0 (got %lld)", static_cast<long long>(o.n_ctx));
   if (o.expert_cache < 0) fail("--expert-cache must be >= 0 (got %lld)", static_cast<long long>(o.expert_cache));
   c.budget = o.mem_budget.empty() ? 0 : parse_size(o.mem_budget, "--mem-budget");
+  if (!models::parse_mla_form(o.mla_form, &c.mla_form))
+    fail("--mla-form must be auto, absorbed or expanded (got '%s')", o.mla_form.c_str());
   return c;
 }
 
@@ -118,6 +120,7 @@ Engine::Engine(const EngineOptions& o) {
   stats_ = o.stats;
 
   model_ = models::load_model(o.model_path);
+  model_->set_mla_form(checked.mla_form);
   const models::ModelInfo& c = model_->info();
   Comm& comm = world();
   // What this process holds: the whole model, or across ranks its share (state and weights sized by rank_shape).

@@ -32,6 +32,7 @@ struct EngineOptions {
   float draft_min_p = 0.0f;    // --draft-min-p P: a draft chain stops at a token below this probability
   bool no_spec = false;        // --no-spec: no speculative decoding
   bool draft_fixed = false;    // --draft-fixed: draft the full length every step (no adaptation; for measuring)
+  std::string mla_form = "auto";  // --mla-form auto|absorbed|expanded (MLA models)
   // Set by commands that hold several sequences or big batches (serve), for the memory plan. 0: as many as fit
   // (--parallel auto: runtime::auto_parallel, logged; Engine::n_parallel() tells the number).
   int n_parallel = 1;
@@ -40,13 +41,14 @@ struct EngineOptions {
 };
 
 // The parts of EngineOptions that are checked and parsed before a model is loaded (shared by the engine and
-// `tern plan`): throws Error naming the flag for a negative -c or --expert-cache, an unknown --kv-type(-k/-v) or
-// --kv-rotate, a negative --kv-sink / --kv-window, or a malformed --mem-budget.
+// `tern plan`): throws Error naming the flag for a negative -c or --expert-cache, an unknown --kv-type(-k/-v),
+// --kv-rotate or --mla-form, a negative --kv-sink / --kv-window, or a malformed --mem-budget.
 inline constexpr int64_t kDefaultKvSink = 16;     // measured: docs/BENCHMARKS.md, KV cache quality
 inline constexpr int64_t kDefaultKvWindow = 128;
 struct CheckedOptions {
   ops::KvConfig kv;
   uint64_t budget = 0;  // bytes; 0: no --mem-budget
+  models::MlaForm mla_form = models::MlaForm::kAuto;
 };
 CheckedOptions check_options(const EngineOptions& o);
 

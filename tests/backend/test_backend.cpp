@@ -326,6 +326,12 @@ class Recording final : public backend::Backend {
            (const float* q, int64_t n, int64_t h, const void* kv, ops::KvType t, int64_t nc, int64_t dk, int64_t dv,
             int64_t p0, const int32_t* sel, int64_t ss, const int32_t* ns, float s, float* o),
            (q, n, h, kv, t, nc, dk, dv, p0, sel, ss, ns, s, o))
+  TERN_FWD(rows_load, (const void* c, ops::KvType t, int64_t nc, int64_t d, int64_t p0, int64_t n, float* o),
+           (c, t, nc, d, p0, n, o))
+  TERN_FWD(attention_mla_expanded,
+           (const float* q, int64_t qs, int64_t n, int64_t h, const float* k, const float* v, int64_t nc, int64_t dk,
+            int64_t dv, int64_t p0, float s, float* o, int64_t os),
+           (q, qs, n, h, k, v, nc, dk, dv, p0, s, o, os))
   TERN_FWD(split_q_gate, (const float* qg, int64_t n, int64_t h, int64_t hd, float* q, float* g), (qg, n, h, hd, q, g))
   TERN_FWD(rope_neox, (float* x, int64_t n, int64_t h, int64_t hd, int64_t r, const int32_t* p, float b),
            (x, n, h, hd, r, p, b))

@@ -15,6 +15,7 @@
 #include "formats/gguf.h"
 #include "model_refs.h"
 #include "models/glm_dsa/model.h"
+#include "quant/convert.h"
 #include "models/registry.h"
 #include "models/sequence_state.h"
 #include "runtime/sampler.h"
@@ -56,8 +57,9 @@ std::vector<Case> glm_cases() {
   return cs;
 }
 
-std::unique_ptr<Model> load(const fs::path& gguf, bool repack) {
+std::unique_ptr<Model> load(const fs::path& gguf, bool repack, models::MlaForm form = models::MlaForm::kAuto) {
   auto m = models::load_model(gguf.string());
+  dynamic_cast<models::glm_dsa::LoadedModel&>(*m).set_mla_form(form);
   if (repack) m->repack(RepackScope::kAll);
   m->start({}, 0);
   return m;
@@ -106,7 +108,9 @@ class GlmFixture : public ::testing::TestWithParam<Case> {
   fs::path gguf() const { return kModels / (GetParam().preset + "." + GetParam().type + ".gguf"); }
   fs::path dir() const { return kModels / GetParam().preset; }
   bool exact_weights() const { return GetParam().type == "f32" || GetParam().type == "f16" || GetParam().type == "bf16"; }
-  std::unique_ptr<Model> model() const { return load(gguf(), GetParam().repack); }
+  std::unique_ptr<Model> model(models::MlaForm form = models::MlaForm::kAuto) const {
+    return load(gguf(), GetParam().repack, form);
+  }
 };
 
 TEST_P(GlmFixture, MatchesTransformers) {
@@ -114,6 +118,51 @@ TEST_P(GlmFixture, MatchesTransformers) {
   auto m = model();
   test::expect_logits_match_transformers([&](const std::vector<int32_t>& t) { return teacher_forced(*m, t); },
                                          m->info().n_vocab, dir() / "ref_hf.json");
+}
+
+// The plain (expanded) MLA form forced wherever a segment attends every key (the prompts up to index_topk; longer
+// ones select keys and run absorbed): the same transformers tolerance as the default.
+TEST_P(GlmFixture, ExpandedFormMatchesTransformers) {
+  if (!exact_weights()) GTEST_SKIP() << "quantized weights: compared with llama.cpp, not transformers";
+  auto m = model(models::MlaForm::kExpanded);
+  test::expect_logits_match_transformers([&](const std::vector<int32_t>& t) { return teacher_forced(*m, t); },
+                                         m->info().n_vocab, dir() / "ref_hf.json");
+}
+
+// Both MLA forms on the same tokens: a prompt up to index_topk fed as a prefill, a second prefill over the first one's
+// rows (the expanded form expands the past rows again) and single tokens, until the indexer starts selecting;
+// every row's logits. The forms compute the same attention in another fp32 order (absorbed: W_UK^T q and W_UV o per
+// head; expanded: W_UK c and W_UV c per key); the fixtures' attn_k_b / attn_v_b are F16 in every file, so the key
+// expansion's weights are exact copies. Measured: <= 4.2e-6 of a logit range ~16 (the quantized files 0: their int8
+// activations round the differences away). 1e-4 of the range still fails on a wrong transposition, head group or
+// past-row expansion (the logits move by O(1)).
+TEST_P(GlmFixture, AbsorbedAndExpandedFormsAgree) {
+  auto ab = model(models::MlaForm::kAbsorbed), ex = model(models::MlaForm::kExpanded);
+  const std::vector<int32_t> p = longest_prompt(dir() / "ref_hf.json");
+  const int64_t V = ab->info().n_vocab;
+  auto run = [&](Model& m) {
+    SequenceState st(m.backend(), m.state_shape(), 512, ops::KvType::kF32);
+    std::vector<SeqInput> b(1);
+    b[0].state = &st;
+    b[0].all_logits = true;
+    std::vector<float> all;
+    size_t i = 0;
+    for (size_t n : {size_t(6), size_t(7), size_t(1), size_t(1), size_t(1)}) {
+      b[0].tokens.assign(p.begin() + i, p.begin() + i + n);
+      const auto& lg = m.forward(b);
+      all.insert(all.end(), lg.begin(), lg.end());
+      i += n;
+    }
+    return all;
+  };
+  const std::vector<float> a = run(*ab), e = run(*ex);
+  ASSERT_EQ(a.size(), e.size());
+  double range = 0;
+  for (float x : a) range = std::max(range, double(std::fabs(x)));
+  EXPECT_LE(max_abs_diff(a, e), 1e-4 * range);
+  int agree = 0;
+  for (size_t t = 0; t < a.size() / V; ++t) agree += runtime::argmax(a.data() + t * V, V) == runtime::argmax(e.data() + t * V, V);
+  EXPECT_EQ(agree, static_cast<int>(a.size() / V));
 }
 
 TEST_P(GlmFixture, GreedyMatchesTransformers) {
@@ -306,6 +355,55 @@ TEST(GlmLlamaCpp, F32RunMatchesTheF16File) {
     ++checked;
   }
   EXPECT_EQ(checked, 2);
+}
+
+// The measured rule of the automatic form choice (docs/BENCHMARKS.md): short segments absorbed, a prefill from the
+// start expanded, a short segment over a long past absorbed (expanding the past again would cost more than it saves).
+TEST(GlmMla, ExpandedFormRule) {
+  EXPECT_FALSE(models::mla_expanded_pays(1, 0));
+  EXPECT_FALSE(models::mla_expanded_pays(32, 0));
+  EXPECT_TRUE(models::mla_expanded_pays(64, 0));
+  EXPECT_TRUE(models::mla_expanded_pays(512, 0));
+  EXPECT_TRUE(models::mla_expanded_pays(512, 1536));
+  EXPECT_TRUE(models::mla_expanded_pays(256, 1024));
+  EXPECT_FALSE(models::mla_expanded_pays(128, 1024));
+  EXPECT_FALSE(models::mla_expanded_pays(64, 1024));
+  EXPECT_FALSE(models::mla_expanded_pays(64, 100));
+}
+
+// The expanded form's key weight: attn_k_b {nope, kv_lora, n_head} transposed to rows (h * nope + j) of kv_lora,
+// exact as F32, and as Q8_0 (what a quantized file gets) within one Q8_0 step of each 32-block (half a step of
+// rounding plus the f16 scale's).
+TEST(GlmMla, KeyExpansionTransposes) {
+  const int64_t nope = 3, L = 64, H = 2;
+  std::vector<float> src(static_cast<size_t>(nope * L * H));
+  for (size_t i = 0; i < src.size(); ++i) src[i] = std::sin(0.37f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 7));
+  models::Linear wk_b;
+  wk_b.type = quant::Type::F32;
+  wk_b.data = reinterpret_cast<const uint8_t*>(src.data());
+  wk_b.n_in = nope;
+  wk_b.n_out = L * H;
+  wk_b.row_bytes = sizeof(float) * nope;
+  auto want = [&](int64_t r, int64_t l) {  // row r = h * nope + j, column l
+    return src[static_cast<size_t>(((r / nope) * L + l) * nope + r % nope)];
+  };
+  std::vector<float> t(static_cast<size_t>(nope * H * L));
+  models::mla_key_expansion(wk_b, nope, L, H, quant::Type::F32, reinterpret_cast<uint8_t*>(t.data()));
+  for (int64_t r = 0; r < nope * H; ++r)
+    for (int64_t l = 0; l < L; ++l) ASSERT_EQ(t[static_cast<size_t>(r * L + l)], want(r, l)) << r << "," << l;
+  const size_t row = quant::row_size(quant::traits(quant::Type::Q8_0), L);
+  std::vector<uint8_t> q(row * static_cast<size_t>(nope * H));
+  models::mla_key_expansion(wk_b, nope, L, H, quant::Type::Q8_0, q.data());
+  std::vector<float> back(static_cast<size_t>(L));
+  for (int64_t r = 0; r < nope * H; ++r) {
+    quant::dequantize_row(quant::Type::Q8_0, q.data() + r * row, back.data(), L);
+    for (int64_t b = 0; b < L; b += 32) {
+      float amax = 0;
+      for (int64_t l = b; l < b + 32; ++l) amax = std::max(amax, std::fabs(want(r, l)));
+      for (int64_t l = b; l < b + 32; ++l)
+        ASSERT_NEAR(back[static_cast<size_t>(l)], want(r, l), amax / 127) << r << "," << l;
+    }
+  }
 }
 
 // The state a sequence holds at GLM-5's published geometry (contract section 11): per token and layer the latent row

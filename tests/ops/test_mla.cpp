@@ -472,6 +472,92 @@ TEST(MlaAttention, AbsorbedVsExpandedDouble) {
 
 namespace {
 
+// Per-head keys [W_UK c ; k_rope] and values W_UV c [H, S, dk / vh] (f32) from the stored cache rows, as the
+// forward's expanded form builds them (here in double, rounded once).
+void expand_kv(const MlaLayer& l, const RowCache& cache, int64_t S, std::vector<float>& k, std::vector<float>& v) {
+  const int64_t dq = l.nope + l.rope;
+  k.assign(l.H * S * dq, 0.0f);
+  v.assign(l.H * S * l.vh, 0.0f);
+  for (int64_t h = 0; h < l.H; ++h)
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t i = 0; i < l.nope; ++i) {
+        double x = 0.0;
+        for (int64_t c = 0; c < l.lat; ++c) x += l.w_uk[(h * l.nope + i) * l.lat + c] * cache.at(s, c);
+        k[(h * S + s) * dq + i] = static_cast<float>(x);
+      }
+      for (int64_t i = 0; i < l.rope; ++i) k[(h * S + s) * dq + l.nope + i] = static_cast<float>(cache.at(s, l.lat + i));
+      for (int64_t j = 0; j < l.vh; ++j) {
+        double x = 0.0;
+        for (int64_t c = 0; c < l.lat; ++c) x += l.w_uv[(h * l.vh + j) * l.lat + c] * cache.at(s, c);
+        v[(h * S + s) * l.vh + j] = static_cast<float>(x);
+      }
+    }
+}
+
+}  // namespace
+
+// The expanded op (ref kernel) on keys and values expanded from the cache rows vs the expanded form in double over
+// every causal key, all heads and a subset of heads through the strides (as the forward runs groups of heads).
+// fp32 dot products of dk terms and the keys' own rounding (~1e-7): NMSE ~1e-13; 1e-10 still fails on a wrong
+// causal bound, head offset, stride or scale (> 1e-3).
+TEST(MlaAttention, ExpandedOpVsDouble) {
+  std::mt19937_64 rng(310);
+  struct Case {
+    int64_t H, nope, rope, lat, vh, T, pos0;
+  };
+  for (const Case c : {Case{4, 192, 64, 512, 256, 5, 20}, Case{3, 12, 8, 24, 32, 9, 0}, Case{2, 1, 2, 3, 1, 4, 2}}) {
+    const MlaLayer layer(rng, c.H, c.nope, c.rope, c.lat, c.vh);
+    const int64_t S = c.pos0 + c.T, dkl = layer.dk(), dq = c.nope + c.rope;
+    auto kv = rand_vec(rng, S * dkl, -1.0f, 1.0f);
+    const auto q = rand_vec(rng, c.T * c.H * dq, -3.0f, 3.0f);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dq));
+    RowCache cache(KvType::kF32, S, dkl);
+    cache.store(kv, S, 0);
+    std::vector<float> k, v;
+    expand_kv(layer, cache, S, k, v);
+    const auto want = layer.expanded(q, c.T, cache, key_sets(c.T, c.pos0, false), scale);
+    std::vector<float> got(c.T * c.H * c.vh, NAN);
+    attention_mla_expanded(q.data(), c.H * dq, c.T, c.H, k.data(), v.data(), S, dq, c.vh, c.pos0,
+                           static_cast<float>(scale), got.data(), c.H * c.vh, Isa::kRef);
+    EXPECT_LE(nmse(got, want), 1e-10) << "all heads, lat " << c.lat;
+    if (c.H < 2) continue;
+    // heads [1, H) alone: q and out offset by one head, keys / values from head 1 on
+    std::vector<float> part(got.size(), 0.0f);
+    attention_mla_expanded(q.data() + dq, c.H * dq, c.T, c.H - 1, k.data() + S * dq, v.data() + S * c.vh, S, dq, c.vh,
+                           c.pos0, static_cast<float>(scale), part.data() + c.vh, c.H * c.vh, Isa::kRef);
+    for (int64_t t = 0; t < c.T; ++t)
+      for (int64_t i = c.vh; i < c.H * c.vh; ++i)
+        ASSERT_EQ(part[t * c.H * c.vh + i], got[t * c.H * c.vh + i]) << "token " << t << " value " << i;
+    for (int64_t t = 0; t < c.T; ++t)
+      for (int64_t i = 0; i < c.vh; ++i) ASSERT_EQ(part[t * c.H * c.vh + i], 0.0f) << "head 0 written";
+  }
+}
+
+// rows_load: f32 rows copied, f16 rows widened exactly (every ISA: the same bits as fp16_to_fp32), the range checked.
+TEST(MlaRowsLoad, ExactAndChecked) {
+  std::mt19937_64 rng(311);
+  const int64_t n_ctx = 9, dim = 37;
+  const auto x = rand_vec(rng, n_ctx * dim, -4.0f, 4.0f);
+  for (KvType type : {KvType::kF32, KvType::kF16}) {
+    RowCache cache(type, n_ctx, dim);
+    cache.store(x, n_ctx, 0);
+    for_each_variant([&](Isa isa, const std::string& name) {
+      std::vector<float> got(5 * dim, NAN);
+      rows_load(cache.data(), type, n_ctx, dim, 3, 5, got.data(), isa);
+      for (int64_t r = 0; r < 5; ++r)
+        for (int64_t i = 0; i < dim; ++i)
+          ASSERT_EQ(got[r * dim + i], static_cast<float>(cache.at(3 + r, i))) << name << " row " << r << " dim " << i;
+    });
+  }
+  std::vector<float> out(n_ctx * dim);
+  RowCache cache(KvType::kF16, n_ctx, dim);
+  EXPECT_THROW(rows_load(cache.data(), KvType::kF16, n_ctx, dim, 5, 5, out.data()), Error);
+  EXPECT_THROW(rows_load(cache.data(), KvType::kQ8_0, n_ctx, 32, 0, 1, out.data()), Error);
+  EXPECT_THROW(rows_load(nullptr, KvType::kF16, n_ctx, dim, 0, 1, out.data()), Error);
+}
+
+namespace {
+
 struct MlaCase {
   int64_t n_head, dk, dv, T, pos0;
 };
@@ -534,6 +620,60 @@ TEST(MlaAttention, SparseAllEqualsDenseAndBatchEqualsOneByOne) {
   }
 }
 
+namespace {
+
+struct ExpCase {
+  int64_t n_head, dk, dv, T, pos0;
+};
+const ExpCase kExpCases[] = {
+    {4, 256, 256, 37, 0},   // GLM-5's head dims, across the 16-token task and the 4-token blocks
+    {2, 256, 256, 6, 70},   // a past longer than one 64-row outer tile
+    {3, 20, 32, 17, 5},     // the toy fixtures' dims (tails in both)
+    {5, 9, 5, 3, 1},
+    {1, 1, 1, 2, 0},
+};
+
+struct ExpInputs {
+  ExpCase c;
+  std::vector<float> k, v, q;
+  ExpInputs(std::mt19937_64& rng, const ExpCase& ec) : c(ec) {
+    const int64_t S = c.pos0 + c.T;
+    k = rand_vec(rng, c.n_head * S * c.dk, -1.0f, 1.0f);
+    v = rand_vec(rng, c.n_head * S * c.dv, -1.0f, 1.0f);
+    q = rand_vec(rng, c.T * c.n_head * c.dk, -0.5f, 0.5f);
+  }
+  void run(float* out, Isa isa, int64_t t0 = 0, int64_t n = -1) const {
+    const int64_t S = c.pos0 + c.T;
+    attention_mla_expanded(q.data() + t0 * c.n_head * c.dk, c.n_head * c.dk, n < 0 ? c.T : n, c.n_head, k.data(),
+                           v.data(), S, c.dk, c.dv, c.pos0 + t0, 0.125f, out + t0 * c.n_head * c.dv,
+                           c.n_head * c.dv, isa);
+  }
+};
+
+}  // namespace
+
+// The expanded op: a batch gives the tokens' one-by-one bits and any thread count the same bits, on every variant
+// (a token's weights past its own positions are exactly 0 in the blocks it shares).
+TEST(MlaAttention, ExpandedBatchEqualsOneByOne) {
+  std::mt19937_64 rng(312);
+  for (const ExpCase& c : kExpCases) {
+    const ExpInputs in(rng, c);
+    for_each_variant([&](Isa isa, const std::string& name) {
+      std::vector<float> batch(c.T * c.n_head * c.dv), single(batch.size()), multi(batch.size());
+      const int saved = n_threads();
+      set_n_threads(1);
+      in.run(batch.data(), isa);
+      for (int64_t t = 0; t < c.T; ++t) in.run(single.data(), isa, t, 1);
+      set_n_threads(3);
+      in.run(multi.data(), isa);
+      set_n_threads(saved);
+      const std::string what = name + " n_head " + std::to_string(c.n_head) + " dk " + std::to_string(c.dk);
+      EXPECT_TRUE(bit_equal(batch, single)) << what;
+      EXPECT_TRUE(bit_equal(batch, multi)) << what;
+    });
+  }
+}
+
 // ---- errors ----
 
 TEST(MlaErrors, BadShapesAndRanges) {
@@ -571,6 +711,26 @@ TEST(MlaErrors, BadShapesAndRanges) {
   EXPECT_THROW(attention_mla(q.data(), 1, nh, kv, KvType::kF32, n_ctx, dk, dv, 0, nullptr, 0, nullptr, 1.0f,
                              q.data() + 1),
                Error);  // out aliases q
+  // the expanded form: positions past the keys, strides shorter than a token's heads, out overlapping q
+  std::vector<float> k(nh * n_ctx * dk, 0.0f), v(nh * n_ctx * dv, 0.0f);
+  EXPECT_THROW(attention_mla_expanded(q.data(), nh * dk, 2, nh, k.data(), v.data(), n_ctx, dk, dv, n_ctx - 1, 1.0f,
+                                      o.data(), nh * dv),
+               Error);
+  EXPECT_THROW(attention_mla_expanded(q.data(), nh * dk - 1, 1, nh, k.data(), v.data(), n_ctx, dk, dv, 0, 1.0f,
+                                      o.data(), nh * dv),
+               Error);
+  EXPECT_THROW(attention_mla_expanded(q.data(), nh * dk, 1, nh, k.data(), v.data(), n_ctx, dk, dv, 0, 1.0f, o.data(),
+                                      nh * dv - 1),
+               Error);
+  EXPECT_THROW(attention_mla_expanded(q.data(), nh * dk, 1, 0, k.data(), v.data(), n_ctx, dk, dv, 0, 1.0f, o.data(),
+                                      nh * dv),
+               Error);
+  EXPECT_THROW(attention_mla_expanded(q.data(), nh * dk, 1, nh, k.data(), v.data(), n_ctx, dk, dv, 0, 1.0f,
+                                      q.data() + 1, nh * dv),
+               Error);
+  EXPECT_THROW(attention_mla_expanded(q.data(), nh * dk, 1, nh, nullptr, v.data(), n_ctx, dk, dv, 0, 1.0f, o.data(),
+                                      nh * dv),
+               Error);
   // selections: a key past the token's position, not increasing, an empty set, more keys than the stride
   auto sparse = [&](std::vector<int32_t> s, std::vector<int32_t> n, int64_t stride) {
     attention_mla(q.data(), 1, nh, kv, KvType::kF32, n_ctx, dk, dv, 2, s.data(), stride, n.data(), 1.0f, o.data());
@@ -715,6 +875,21 @@ TEST_P(IsaMla, AttentionVsRef) {
                                                   << (type == KvType::kF16 ? " f16" : " f32");
       }
     }
+  }
+}
+
+// The expanded op: fp32 dot products (FMA vs mul + add, another order) and the vector exp: NMSE ~1e-14; 1e-12
+// still fails on a causal bound, block, tile or tail error (> 1e-4). Guard canaries after the output.
+TEST_P(IsaMla, ExpandedVsRef) {
+  std::mt19937_64 rng(406);
+  for (const ExpCase& c : kExpCases) {
+    const ExpInputs in(rng, c);
+    std::vector<float> ref(c.T * c.n_head * c.dv);
+    Guarded got(ref.size());
+    in.run(ref.data(), Isa::kRef);
+    in.run(got.data(), isa());
+    EXPECT_TRUE(got.ok());
+    EXPECT_LE(nmse(got.values(), ref), 1e-12) << "n_head " << c.n_head << " dk " << c.dk << " T " << c.T;
   }
 }
 

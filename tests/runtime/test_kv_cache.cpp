@@ -202,6 +202,21 @@ TEST(KvCache, BadFlagsAreNamed) {
   expect({"q8_0", "sometimes"}, "--kv-rotate");
   expect({"q8_0", "auto", -2}, "--kv-sink");
   expect({"q8_0", "auto", 0, -5}, "--kv-window");
+  {
+    EngineOptions o;
+    o.mla_form = "plain";
+    EXPECT_THROW(check_options(o), Error);
+    o.mla_form = "expanded";
+    EXPECT_EQ(check_options(o).mla_form, models::MlaForm::kExpanded);
+    // qwen35moe has no MLA: a forced form is refused by name, not ignored.
+    o.model_path = kBundled;
+    try {
+      Engine e(o);
+      ADD_FAILURE() << "--mla-form expanded accepted for qwen35moe";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--mla-form"), std::string::npos) << e.what();
+    }
+  }
   const CheckedOptions c = check_options([] {
     EngineOptions o;
     o.kv_type = "q4_0";

@@ -33,6 +33,7 @@ MlaParams Config::mla() const {
   p.idx_dim = idx_dim;
   p.idx_topk = idx_topk;
   p.idx_eps = 1e-6f;   // the indexer's k_norm LayerNorm (contract section 3)
+  p.form = mla_form;
   return p;
 }
 

@@ -35,6 +35,7 @@ struct Config {
   bool dense_layer(int64_t il) const { return il < n_dense; }
   int64_t n_full_indexer_layers() const;
 
+  MlaForm mla_form = MlaForm::kAuto;  // not from the file: --mla-form (LoadedModel::set_mla_form)
   MlaParams mla() const;
   MoeParams moe() const;
 

@@ -1,6 +1,7 @@
 #include "models/glm_dsa/forward.h"
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/profile.h"
 #include "models/batch_io.h"
 #include "models/sequence_state.h"
@@ -15,7 +16,15 @@ Forward::Forward(const Model& model, TensorDump dump, int64_t expert_slots)
       moe_params_(c_.moe()),
       dump_(std::move(dump)),
       experts_(expert_slots > 0 ? std::make_unique<ExpertStore>(model.expert_layout(), expert_slots)
-                                : std::make_unique<ExpertStore>(model.expert_layout())) {}
+                                : std::make_unique<ExpertStore>(model.expert_layout())) {
+  const char* form = mla_params_.form == MlaForm::kAbsorbed   ? "the absorbed form for every segment (forced)"
+                     : mla_params_.form == MlaForm::kExpanded ? "the expanded form wherever every key is attended (forced)"
+                                                              : "the expanded form for prefill segments of >= 64 tokens "
+                                                                "that attend every key and whose past is short "
+                                                                "enough to expand again (measured rule), the absorbed "
+                                                                "form otherwise";
+  log::info("%s: MLA attention: %s", model.file->name().c_str(), form);
+}
 
 void Forward::layer(int il, const std::vector<Segment>& segs, int64_t n_rows) {
   const LayerWeights& w = model_.weights.layers[static_cast<size_t>(il)];

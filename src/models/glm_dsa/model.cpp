@@ -64,7 +64,7 @@ WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool
     const int64_t il = gguf::block_index(t.name);
     if (il >= n_blocks) continue;
     w.repacked |= tensor_repacked(t, c, repack, repack_experts);
-    const uint64_t bytes = resident_tensor_bytes(t, c, repack, repack_experts);
+    const uint64_t bytes = resident_tensor_bytes(t, c, repack, repack_experts) + key_expansion_bytes(t, c);
     if (il == c.n_layer) w.mtp += bytes;
     if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
       w.experts += bytes;
@@ -82,6 +82,11 @@ LoadedModel::LoadedModel(std::unique_ptr<gguf::File> file, std::unique_ptr<backe
 RepackReport LoadedModel::repack(RepackScope scope) {
   if (fwd_) fail("internal: repack after start");
   return m_->repack(scope);
+}
+
+void LoadedModel::set_mla_form(MlaForm form) {
+  if (fwd_) fail("internal: set_mla_form after start");
+  m_->config.mla_form = form;
 }
 
 void LoadedModel::start(TensorDump dump, int64_t expert_slots) {

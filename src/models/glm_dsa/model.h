@@ -48,6 +48,7 @@ class LoadedModel : public models::Model {
     return glm_dsa::weight_bytes(*m_->file, m_->config, repack, repack_experts);
   }
   RepackReport repack(RepackScope scope) override;
+  void set_mla_form(MlaForm form) override;
   void start(TensorDump dump, int64_t expert_slots) override;
   const std::vector<float>& forward(std::vector<SeqInput>& batch) override;
   const std::vector<float>& hidden() const override;

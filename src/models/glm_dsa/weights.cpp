@@ -2,7 +2,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "formats/hybrid_layers.h"
 #include "models/loader.h"
+#include "quant/convert.h"
 #include "quant/repack.h"
 
 namespace tern::models::glm_dsa {
@@ -65,7 +67,40 @@ bool heads_grouped(const Config& c) {
   return c.kv_lora % quant::kRepackRows == 0 && c.v_head % quant::kRepackRows == 0;
 }
 
+// The expanded MLA form's key up-projection (mla_key_expansion) for layer i, in backend memory owned by `owned`.
+Linear key_expansion(Loader& L, const Config& c, int64_t i, const Linear& wk_b,
+                     std::vector<std::unique_ptr<backend::Buffer>>& owned) {
+  const quant::Type type = key_expansion_type(wk_b.type, c);
+  const size_t row = quant::row_size(quant::traits(type), c.kv_lora);
+  std::vector<uint8_t> host(row * static_cast<size_t>(c.nope * c.n_head));
+  mla_key_expansion(wk_b, c.nope, c.kv_lora, c.n_head, type, host.data());
+  std::unique_ptr<backend::Buffer> buf = L.backend().alloc(backend::BufferKind::kWeights, host.size());
+  buf->write(0, host.data(), host.size());
+  Linear t;
+  t.type = type;
+  t.data = buf->data();
+  t.n_in = c.kv_lora;
+  t.n_out = c.nope * c.n_head;
+  t.row_bytes = row;
+  t.name = blk(i, "attn_k_b.weight") + " (transposed)";
+  owned.push_back(std::move(buf));
+  return t;
+}
+
 }  // namespace
+
+quant::Type key_expansion_type(quant::Type wk_b, const Config& c) {
+  if (wk_b == quant::Type::F32) return quant::Type::F32;
+  if (wk_b == quant::Type::F16 || wk_b == quant::Type::BF16 || c.kv_lora % 32 != 0) return quant::Type::F16;
+  return quant::Type::Q8_0;  // a quantized file: its values (at most 8 bits of code) re-encoded as Q8_0
+}
+
+uint64_t key_expansion_bytes(const gguf::TensorInfo& t, const Config& c) {
+  const int64_t il = gguf::block_index(t.name);
+  if (il < 0 || il >= c.n_layer || !t.name.ends_with("attn_k_b.weight")) return 0;
+  return quant::row_size(quant::traits(key_expansion_type(t.type, c)), c.kv_lora) *
+         static_cast<uint64_t>(c.nope * c.n_head);
+}
 
 Weights Weights::load(const gguf::File& f, const Config& c, backend::Backend& be) {
   Loader L(f, be);
@@ -75,8 +110,11 @@ Weights Weights::load(const gguf::File& f, const Config& c, backend::Backend& be
   w.output = L.linear("output.weight", {c.n_embd, c.n_vocab});
   w.has_mtp = c.n_nextn > 0;
   w.layers.resize(static_cast<size_t>(c.n_layer + (w.has_mtp ? 1 : 0)));
-  for (int64_t i = 0; i < c.n_layer; ++i)
-    load_layer(L, c, i, c.idx_full[static_cast<size_t>(i)], c.dense_layer(i), w.layers[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    load_layer(L, c, i, c.idx_full[static_cast<size_t>(i)], c.dense_layer(i), l);
+    l.mla.wk_b_t = key_expansion(L, c, i, l.mla.wk_b, w.owned);
+  }
   if (w.has_mtp) {  // a full decoder layer (MLA with its own indexer, MoE) and the NextN projections
     const int64_t i = c.n_layer;
     load_layer(L, c, i, L.has(blk(i, "indexer.attn_k.weight")), c.n_expert == 0, w.layers.back());
@@ -129,6 +167,7 @@ RepackReport Model::repack(RepackScope scope) {
       R.one(*w, true);
     if (heads_grouped(config))
       for (Linear* w : {&a.wk_b, &a.wv_b}) R.one(*w, true);
+    if (config.nope % quant::kRepackRows == 0) R.one(a.wk_b_t, false);  // its groups of heads are whole 8-row groups
     if (experts)
       for (Linear* w : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) R.one(*w, true);
   }

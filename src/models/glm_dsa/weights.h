@@ -37,9 +37,16 @@ struct Weights {
   bool has_mtp = false;
   MtpWeights mtp;
   std::vector<std::string> unused;
+  std::vector<std::unique_ptr<backend::Buffer>> owned;  // matrices built at load (the key expansions)
 
   static Weights load(const gguf::File& f, const Config& c, backend::Backend& be);  // throws Error naming the tensor
 };
+
+// The type of a layer's expanded-form key up-projection (MlaWeights::wk_b_t) for a file whose attn_k_b is `wk_b`:
+// F32 / F16 copies of float files (exact, BF16 -> F16 up to range), Q8_0 for quantized ones (F16 when kv_lora is
+// not whole 32-blocks); and its bytes for the tensor `t` (0 for any other tensor or the MTP block's).
+quant::Type key_expansion_type(quant::Type wk_b, const Config& c);
+uint64_t key_expansion_bytes(const gguf::TensorInfo& t, const Config& c);
 
 // The memory planner's figure for one tensor, by the same rules as Model::repack.
 bool tensor_repacked(const gguf::TensorInfo& t, const Config& c, bool repack, bool repack_experts);

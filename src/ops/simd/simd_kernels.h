@@ -38,6 +38,8 @@ Kernels make_kernels(Isa isa, int64_t delta_chunk_min) {
       &LayerNormSimd<V>::layer_norm,
       &IndexerSimd<V>::scores,
       &MlaSimd<V>::attend,
+      &f16_to_f32_simd<V>,
+      &MlaSimd<V>::attend_expanded,
   };
 }
 

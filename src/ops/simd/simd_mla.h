@@ -245,6 +245,71 @@ struct MlaSimd {
     }
   }
 
+  // The expanded form (MlaExpBlock): one head, tokens in blocks of 4 that share each key and value row (AttnSimd's
+  // score and value steps with tokens as the rows), positions in outer tiles of kOuter rows so that a tile is read
+  // from memory once for every block of the task. A block's scores run to its last token's position count n_j; a
+  // token with fewer positions gets weight exactly 0 past its own (value sums unchanged), so its result does not
+  // depend on the tokens it shares a block with.
+  static constexpr int64_t kOuter = 64;
+
+  static int64_t block_rows(const MlaExpBlock& b, int64_t j, const float** q, float** out) {
+    const int64_t nr = std::min<int64_t>(4, b.n_tok - 4 * j);
+    for (int64_t r = 0; r < nr; ++r) {
+      q[r] = b.q + (4 * j + r) * b.q_stride;
+      out[r] = b.out + (4 * j + r) * b.out_stride;
+    }
+    return nr;
+  }
+
+  static void attend_expanded(const MlaExpBlock& b) {
+    if (b.n_tok <= 0) return;
+    const int64_t n_last = b.n_pos0 + b.n_tok - 1, n_blk = (b.n_tok + 3) / 4;
+    thread_local std::vector<float> scores, invs;  // block j: [4, n_j] at scores + j * 4 * n_last; [4] at invs + 4j
+    if (static_cast<int64_t>(scores.size()) < n_blk * 4 * n_last) scores.resize(n_blk * 4 * n_last);
+    invs.resize(n_blk * 4);
+    const KvRows k{b.k, b.k_stride}, v{b.v, b.v_stride};
+    const int64_t tile = A::l1_rows(b.dv * 4);
+    const float* q[4];
+    float* out[4];
+    auto n_of = [&](int64_t j) { return b.n_pos0 + std::min(4 * j + 3, b.n_tok - 1); };
+    for (int64_t p0 = 0; p0 < n_last; p0 += kOuter) {
+      for (int64_t j = 0; j < n_blk; ++j) {
+        const int64_t n_j = n_of(j), p1 = std::min(n_j, p0 + kOuter);
+        if (p0 >= n_j) continue;
+        float* sc = scores.data() + j * 4 * n_last;
+        switch (block_rows(b, j, q, out)) {
+          case 1: A::template scores<1, kFmtF32>(q, k, p0, p1, n_j, b.dk, b.scale, sc); break;
+          case 2: A::template scores<2, kFmtF32>(q, k, p0, p1, n_j, b.dk, b.scale, sc); break;
+          case 3: A::template scores<3, kFmtF32>(q, k, p0, p1, n_j, b.dk, b.scale, sc); break;
+          default: A::template scores<4, kFmtF32>(q, k, p0, p1, n_j, b.dk, b.scale, sc); break;
+        }
+      }
+    }
+    for (int64_t j = 0; j < n_blk; ++j) {
+      const int64_t n_j = n_of(j);
+      for (int64_t r = 0; r < std::min<int64_t>(4, b.n_tok - 4 * j); ++r) {
+        float* sc = scores.data() + j * 4 * n_last + r * n_j;
+        const int64_t n_r = b.n_pos0 + 4 * j + r;
+        invs[4 * j + r] = static_cast<float>(1.0 / exp_shifted<V>(sc, n_r));
+        std::fill(sc + n_r, sc + n_j, 0.0f);
+      }
+    }
+    for (int64_t p0 = 0; p0 < n_last; p0 += kOuter) {
+      for (int64_t j = 0; j < n_blk; ++j) {
+        const int64_t n_j = n_of(j), p1 = std::min(n_j, p0 + kOuter);
+        if (p0 >= n_j) continue;
+        const float* sc = scores.data() + j * 4 * n_last;
+        const float* inv = invs.data() + 4 * j;
+        switch (block_rows(b, j, q, out)) {
+          case 1: A::template values<1, kFmtF32>(sc, n_j, v, tile, b.dv, p0, p1, inv, out); break;
+          case 2: A::template values<2, kFmtF32>(sc, n_j, v, tile, b.dv, p0, p1, inv, out); break;
+          case 3: A::template values<3, kFmtF32>(sc, n_j, v, tile, b.dv, p0, p1, inv, out); break;
+          default: A::template values<4, kFmtF32>(sc, n_j, v, tile, b.dv, p0, p1, inv, out); break;
+        }
+      }
+    }
+  }
+
   static void attend(const MlaBlock& b) {
     thread_local std::vector<float> sc, inv;  // [n_q, n_pos] scores, [n_q] 1 / sum
     inv.resize(b.n_q);

@@ -169,5 +169,14 @@ void f32_to_f16_simd(const float* x, uint16_t* y, int64_t n) {
   if (i < n) V::store_h_n(y + i, V::load_n(x + i, n - i, 0.0f), n - i);
 }
 
+// f16 -> f32 (exact on every ISA).
+template <class V>
+void f16_to_f32_simd(const uint16_t* x, float* y, int64_t n) {
+  constexpr int64_t L = V::kL;
+  int64_t i = 0;
+  for (; i + L <= n; i += L) V::store(y + i, V::load_h(x + i));
+  if (i < n) V::store_n(y + i, V::load_h_n(x + i, n - i), n - i);
+}
+
 }  // namespace
 }  // namespace tern::ops
