@@ -198,8 +198,10 @@ int64_t pairs(const RepackArgs& a, int64_t t0, int nt, const uint8_t* const* xr)
   int64_t gi = a.g_begin;
   // One token (decode): the 256-bit kernel over one group at a time is faster (measured on Zen 4, 2048x2048 and
   // 512x2048, one thread: Q4_0 1.4x, Q8_0 1.2x, Q4_K 1.55x, Q6_K 1.75x; two threads 0.94-1.09x), so pairs are for
-  // several tokens only.
-  if (nt == 1) return gi;
+  // several tokens only. Two tokens (a speculative verify of one draft) too, but for Q8_0: at two threads the 256-bit
+  // kernel is 1.10-1.22x (Q4_0), 1.18-1.43x (Q4_K), 0.93-1.11x (Q6_K) and 0.82-0.96x (Q8_0) the pairs' speed; from
+  // three tokens the pairs tie or win at two threads (docs/BENCHMARKS.md, "AVX-512 pairs at 2-4 tokens").
+  if (nt == 1 || (nt == 2 && kW != Type::Q8_0)) return gi;
   if constexpr (kHas<kW>) {
     for (; gi + 1 < a.g_end && (gi + 2) * kRepackRows <= a.n_rows; gi += 2) {
       const uint8_t* g0 = a.w + gi * a.group_bytes;
