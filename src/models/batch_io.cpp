@@ -50,4 +50,26 @@ void output_rows(const std::vector<SeqInput>& batch, const std::vector<Segment>&
   }
 }
 
+float* norm_output_rows(backend::Backend& be, const float* x, int64_t n_rows, int64_t n_embd, const float* norm_w,
+                        float eps, const std::vector<int64_t>& logits_rows, const std::vector<int64_t>& hidden_rows,
+                        OutputNormScratch& s, std::vector<float>& hidden) {
+  const int64_t D = n_embd, n_out = static_cast<int64_t>(logits_rows.size());
+  float* rows = s.rows.grow<float>(be, n_out * D);
+  if (hidden_rows.empty()) {
+    be.gather_rows(x, logits_rows.data(), n_out, D, rows);
+    be.rms_norm(rows, norm_w, rows, n_out, D, eps);
+    hidden.clear();
+    return rows;
+  }
+  float* nx = s.normed.grow<float>(be, n_rows * D);
+  be.rms_norm(x, norm_w, nx, n_rows, D, eps);
+  be.gather_rows(nx, logits_rows.data(), n_out, D, rows);
+  const int64_t n_hid = static_cast<int64_t>(hidden_rows.size());
+  float* hid = s.hidden.grow<float>(be, n_hid * D);
+  be.gather_rows(nx, hidden_rows.data(), n_hid, D, hid);
+  hidden.resize(static_cast<size_t>(n_hid * D));
+  s.hidden.read(hidden.data(), hidden.size() * sizeof(float));
+  return rows;
+}
+
 }  // namespace tern::models

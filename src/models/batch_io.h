@@ -22,4 +22,15 @@ std::vector<Segment> embed_batch(backend::Backend& be, const Linear& embeddings,
 void output_rows(const std::vector<SeqInput>& batch, const std::vector<Segment>& segs, std::vector<int64_t>& logits_rows,
                  std::vector<int64_t>& hidden_rows);
 
+// The final norm before the LM head: the logits rows of x [n_rows, n_embd] (logits_rows) gathered and RMSNormed by
+// norm_w into the returned rows [n_logits_rows, n_embd] (in s.rows). With hidden rows asked for, every row is
+// normed first (the norm is row by row: the logits rows get the same bits) and the hidden rows copied to the host
+// `hidden` [n_hidden_rows, n_embd]; else `hidden` is cleared.
+struct OutputNormScratch {
+  Scratch rows, normed, hidden;
+};
+float* norm_output_rows(backend::Backend& be, const float* x, int64_t n_rows, int64_t n_embd, const float* norm_w,
+                        float eps, const std::vector<int64_t>& logits_rows, const std::vector<int64_t>& hidden_rows,
+                        OutputNormScratch& s, std::vector<float>& hidden);
+
 }  // namespace tern::models

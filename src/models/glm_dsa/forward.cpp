@@ -62,21 +62,8 @@ const std::vector<float>& Forward::run(std::vector<SeqInput>& batch) {
   output_rows(batch, segs, out_index_, hid_index_);
   const int64_t n_out = static_cast<int64_t>(out_index_.size());
   TERN_PROFILE(prof_head, "lm_head", model_.weights.output.bytes());
-  float* rows = out_rows_.grow<float>(be_, n_out * D);
-  hidden_.clear();
-  if (hid_index_.empty()) {  // the norm is row by row: only the rows that give logits are normed
-    be_.gather_rows(x, out_index_.data(), n_out, D, rows);
-    be_.rms_norm(rows, model_.weights.output_norm.data(), rows, n_out, D, c_.rms_eps);
-  } else {
-    float* nx = normed_.grow<float>(be_, n_rows * D);
-    be_.rms_norm(x, model_.weights.output_norm.data(), nx, n_rows, D, c_.rms_eps);
-    be_.gather_rows(nx, out_index_.data(), n_out, D, rows);
-    const int64_t n_hid = static_cast<int64_t>(hid_index_.size());
-    float* hid = hid_rows_.grow<float>(be_, n_hid * D);
-    be_.gather_rows(nx, hid_index_.data(), n_hid, D, hid);
-    hidden_.resize(static_cast<size_t>(n_hid * D));
-    hid_rows_.read(hidden_.data(), hidden_.size() * sizeof(float));
-  }
+  const float* rows = norm_output_rows(be_, x, n_rows, D, model_.weights.output_norm.data(), c_.rms_eps, out_index_,
+                                       hid_index_, out_norm_, hidden_);
   dump_("result_norm", -1, rows, {n_out, D});
   float* logits = logits_dev_.grow<float>(be_, n_out * V);
   be_.matmul(model_.weights.output, rows, n_out, logits);

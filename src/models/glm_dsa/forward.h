@@ -4,6 +4,7 @@
 #pragma once
 #include <vector>
 
+#include "models/batch_io.h"
 #include "models/blocks/ffn.h"
 #include "models/blocks/mla.h"
 #include "models/blocks/moe.h"
@@ -33,7 +34,8 @@ class Forward {
   const MoeParams moe_params_;
   TensorDump dump_;
   std::unique_ptr<ExpertStore> experts_;
-  Scratch x_, cur_, mix_, out_rows_, logits_dev_, normed_, hid_rows_;
+  Scratch x_, cur_, mix_, logits_dev_;
+  OutputNormScratch out_norm_;
   std::vector<int64_t> out_index_, hid_index_;
   std::vector<float> logits_, hidden_;
   MlaScratch mla_;

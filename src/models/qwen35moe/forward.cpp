@@ -76,21 +76,8 @@ const std::vector<float>& Forward::head(const Linear& w, const float* norm_w, in
   const int64_t D = c_.n_embd, V = c_.n_vocab;
   const int64_t n_out = static_cast<int64_t>(out_index_.size());
   const float* x = x_.grow<float>(be_, n_rows * D);
-  float* rows = out_rows_.grow<float>(be_, n_out * D);
-  if (!keep_hidden) {
-    be_.gather_rows(x, out_index_.data(), n_out, D, rows);
-    be_.rms_norm(rows, norm_w, rows, n_out, D, c_.rms_eps);
-    hidden_.clear();
-  } else {  // the norm is row by row: norming all rows first gives the logits rows the same bits
-    float* nx = normed_.grow<float>(be_, n_rows * D);
-    be_.rms_norm(x, norm_w, nx, n_rows, D, c_.rms_eps);
-    be_.gather_rows(nx, out_index_.data(), n_out, D, rows);
-    const int64_t n_hid = static_cast<int64_t>(hid_index_.size());
-    float* hid = hid_rows_.grow<float>(be_, n_hid * D);
-    be_.gather_rows(nx, hid_index_.data(), n_hid, D, hid);
-    hidden_.resize(static_cast<size_t>(n_hid * D));
-    hid_rows_.read(hidden_.data(), hidden_.size() * sizeof(float));
-  }
+  if (!keep_hidden) hid_index_.clear();
+  const float* rows = norm_output_rows(be_, x, n_rows, D, norm_w, c_.rms_eps, out_index_, hid_index_, out_norm_, hidden_);
   dump_("result_norm", -1, rows, {n_out, D});
   share_ = {0, V, nullptr};
   const int64_t cols = vocab ? static_cast<int64_t>(vocab->size()) : V;
