@@ -165,6 +165,20 @@ TEST_P(GlmFixture, AbsorbedAndExpandedFormsAgree) {
   EXPECT_EQ(agree, static_cast<int>(a.size() / V));
 }
 
+// The memory planner's forward-buffer figure bounds the scratch a forward grows, with either MLA form (the expanded
+// one over the longest dense segment, index_topk rows).
+TEST_P(GlmFixture, BufferBytesBoundTheScratch) {
+  const std::vector<int32_t> p = longest_prompt(dir() / "ref_hf.json");
+  for (const models::MlaForm form : {models::MlaForm::kAbsorbed, models::MlaForm::kExpanded}) {
+    auto m = model(form);
+    teacher_forced(*m, p);
+    teacher_forced(*m, std::vector<int32_t>(p.begin(), p.begin() + 16));  // dense: expanded when forced
+    EXPECT_LE(m->backend().live_bytes(backend::BufferKind::kScratch),
+              m->buffer_bytes(static_cast<int64_t>(p.size()), 1))
+        << models::mla_form_name(form);
+  }
+}
+
 TEST_P(GlmFixture, GreedyMatchesTransformers) {
   if (!exact_weights()) GTEST_SKIP() << "quantized weights: compared with llama.cpp, not transformers";
   auto m = model();

@@ -115,6 +115,11 @@ void expanded_segment(backend::Backend& be, const MlaParams& c, const MlaWeights
 
 }  // namespace
 
+int64_t mla_expanded_scratch_floats(const MlaParams& c, int64_t P) {
+  const int64_t G = std::min<int64_t>(c.n_head, kMlaExpandHeads);
+  return P * (c.cache_dim() + c.kv_lora + G * (c.nope + 2 * c.v_head + c.nope + c.rope));
+}
+
 bool mla_expanded_pays(int64_t n, int64_t p0) {
   // Measured end to end (docs/BENCHMARKS.md "MLA: absorbed and expanded forms", GLM-5 widths, Zen 4, 2 threads):
   // from an empty past the forms tie at 16-32 tokens (absorbed 0-6% ahead) and the expanded one leads from 64

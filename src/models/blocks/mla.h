@@ -74,6 +74,10 @@ struct MlaScratch {
 // absorbed form's query absorption and value projection cost). docs/BENCHMARKS.md has the measurement.
 bool mla_expanded_pays(int64_t n, int64_t p0);
 
+// Floats of scratch the expanded form grows for a segment whose past and new rows number P (latent rows, their
+// expansion a group of heads at a time): the memory planner's figure.
+int64_t mla_expanded_scratch_floats(const MlaParams& c, int64_t P);
+
 // The expanded form's key up-projection: wk_b {nope, kv_lora, n_head} (per head kv_lora rows of nope) transposed
 // to rows (h * nope + j) of kv_lora, written as `type` (F32, F16 or Q8_0) into `dst` (quant::row_size bytes per
 // row; host memory). Throws Error for a type tern cannot write.

@@ -41,7 +41,9 @@ StateShape state_shape(const Config& c) {
 
 // Forward scratch per batch row (floats), mirroring the buffers Forward and the blocks grow: the residual stream and
 // norms, the MLA block's projections, absorbed queries and per-head outputs, the indexer's, the MoE block's (router,
-// every (token, expert) pair's SwiGLU rows and the shared expert) or the dense FFN's; the logits twice.
+// every (token, expert) pair's SwiGLU rows and the shared expert) and the dense FFN's; the logits twice. Plus the
+// expanded MLA form's scratch for the longest segment it runs on: one whose queries attend every key, so at most
+// index_topk rows with an indexer (else the trained context).
 uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
   const int64_t D = c.n_embd, H = c.n_head, dc = c.kv_lora + c.rope;
   const int64_t mla = c.q_lora + H * (c.nope + c.rope) + 3 * dc + c.rope + H * dc + c.nope + 3 * c.kv_lora +
@@ -50,10 +52,13 @@ uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
   const int64_t jobs = c.n_expert_used + (c.n_ff_shexp > 0 ? 1 : 0);
   const int64_t F = std::max(c.n_ff_exp, c.n_ff_shexp);
   const int64_t moe = c.n_expert + 2 * c.n_expert_used + jobs * (D + 2 * F) + 2 * D + 1;
-  const int64_t ffn = std::max(moe, 2 * c.n_ff);
+  // The dense layers' FFN scratch and the MoE layers' are separate buffers, both kept once grown.
+  const int64_t ffn = (c.n_dense < c.n_layer ? moe : 0) + (c.n_dense > 0 ? 2 * c.n_ff : 0);
   const int64_t per_row = 6 * D + mla + idx + ffn;
   const int64_t logits = 2 * c.n_vocab * n_parallel;
-  return static_cast<uint64_t>((per_row * rows + logits) * 4);
+  const int64_t expanded = mla_expanded_scratch_floats(c.mla(), c.idx_heads > 0 ? std::min(c.idx_topk, c.n_ctx_train)
+                                                                                  : c.n_ctx_train);
+  return static_cast<uint64_t>((per_row * rows + logits + expanded) * 4);
 }
 
 WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool repack_experts) {
