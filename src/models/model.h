@@ -29,6 +29,22 @@ struct ModelInfo {
   std::string summary;         // one line for the load log, e.g. "8 layers (2 attention, 6 DeltaNet), 16 experts top-2"
 };
 
+// The fields every architecture's Config names alike (arch, n_layer, n_embd, n_vocab, n_ctx_train, n_expert,
+// n_expert_used, n_nextn); the architecture fills in mtp_drafts and summary.
+template <class Config>
+ModelInfo common_model_info(const Config& c) {
+  ModelInfo i;
+  i.arch = c.arch;
+  i.n_layer = c.n_layer;
+  i.n_embd = c.n_embd;
+  i.n_vocab = c.n_vocab;
+  i.n_ctx_train = c.n_ctx_train;
+  i.n_expert = c.n_expert;
+  i.n_expert_used = c.n_expert_used;
+  i.n_mtp = c.n_nextn;
+  return i;
+}
+
 // Resident weight bytes as the model would hold them (repacked or in the file's layout), from the header alone.
 struct WeightBytes {
   uint64_t dense = 0;                  // read in full every token: embeddings, mixers, routers, shared experts, head

@@ -9,15 +9,7 @@
 namespace tern::models::glm_dsa {
 
 ModelInfo model_info(const Config& c) {
-  ModelInfo i;
-  i.arch = c.arch;
-  i.n_layer = c.n_layer;
-  i.n_embd = c.n_embd;
-  i.n_vocab = c.n_vocab;
-  i.n_ctx_train = c.n_ctx_train;
-  i.n_expert = c.n_expert;
-  i.n_expert_used = c.n_expert_used;
-  i.n_mtp = c.n_nextn;
+  ModelInfo i = common_model_info(c);
   char s[200];
   std::snprintf(s, sizeof s, "%lld layers (MLA, %lld with their own indexer top-%lld), %lld dense, %lld experts top-%lld",
                 static_cast<long long>(c.n_layer), static_cast<long long>(c.n_full_indexer_layers()),

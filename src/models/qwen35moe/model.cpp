@@ -11,15 +11,7 @@
 namespace tern::models::qwen35moe {
 
 ModelInfo model_info(const Config& c) {
-  ModelInfo i;
-  i.arch = c.arch;
-  i.n_layer = c.n_layer;
-  i.n_embd = c.n_embd;
-  i.n_vocab = c.n_vocab;
-  i.n_ctx_train = c.n_ctx_train;
-  i.n_expert = c.n_expert;
-  i.n_expert_used = c.n_expert_used;
-  i.n_mtp = c.n_nextn;
+  ModelInfo i = common_model_info(c);
   i.mtp_drafts = c.n_nextn > 0;
   char s[160];
   const int n = std::snprintf(s, sizeof s, "%lld layers (%lld attention, %lld DeltaNet), ",
