@@ -6,9 +6,19 @@
 # Cached: when DIR already holds the finished build it only prints the paths. Output on stdout, one per line:
 # NAME=PATH for the four binaries, convert_hf_to_gguf.py and the bin folder; progress goes to stderr.
 # A copy of llama_cpp_python-0.3.36.tar.gz placed in DIR beforehand is used instead of downloading it.
+# --isa avx2 [DIR]: a second build with AVX2/FMA/F16C and no AVX-512 (GGML_NATIVE=OFF), default DIR
+# .../llama.cpp-0.3.36-avx2: with `tern bench --isa avx2` (bench/e2e.py --isa avx2) it compares the two engines'
+# AVX2 code paths on an AVX-512 machine.
 set -euo pipefail
 version=0.3.36
-dir=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/tern/llama.cpp-$version}
+isa=native
+if [[ ${1:-} == --isa ]]; then
+  [[ ${2:-} == avx2 ]] || { echo "build_llamacpp: --isa takes avx2 (got '${2:-}')" >&2; exit 2; }
+  isa=avx2
+  shift 2
+fi
+suffix=; [[ $isa == avx2 ]] && suffix=-avx2
+dir=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/tern/llama.cpp-$version$suffix}
 tools=(llama-bench llama-server llama-quantize llama-perplexity)
 sdist=llama_cpp_python-$version.tar.gz
 mkdir -p "$dir"
@@ -32,6 +42,8 @@ if complete; then
   exit 0
 fi
 
+native_sdist=${XDG_CACHE_HOME:-$HOME/.cache}/tern/llama.cpp-$version/$sdist
+if [[ ! -f $dir/$sdist && $isa == avx2 && -f $native_sdist ]]; then cp "$native_sdist" "$dir/$sdist"; fi
 if [[ ! -f $dir/$sdist ]]; then
   echo "build_llamacpp: downloading the llama-cpp-python $version source distribution" >&2
   python3 -m pip download --quiet --no-binary :all: --no-deps "llama-cpp-python==$version" -d "$dir/dl" >&2
@@ -53,7 +65,11 @@ commit=$(tar -xzOf "$dir/$sdist" "llama_cpp_python-$version/.git/modules/vendor/
            tr -dc '0-9a-f' | head -c 40 || true)
 [[ -n $commit ]] || commit=unknown
 
-flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF
+isa_flags=(-DGGML_NATIVE=ON)
+[[ $isa == avx2 ]] && isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+                                 -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF
+                                 -DGGML_AVX_VNNI=OFF)
+flags=(-DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF
        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF
        -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF
        -DGGML_METAL=OFF -DLLAMA_BUILD_COMMIT="$commit")

@@ -235,7 +235,8 @@ def prefill_macs(g, n_prompt):
 
 def tern_bench(args, path, n_prompt, n_gen, depth, threads=None):
     rows = run_json([args.tern, "bench", "-m", path, "-t", str(threads or args.threads), "-r", str(args.reps), "-p",
-                     str(n_prompt), "-n", str(n_gen), "-d", str(depth), "--json"])
+                     str(n_prompt), "-n", str(n_gen), "-d", str(depth), "--json"] +
+                    (["--isa", args.isa] if args.isa else []))
     if len(rows) != 1:
         sys.exit(f"error: tern bench: expected one test, got {rows}")
     return {"tok_s": rows[0]["tok_s_mean"], "sd": rows[0]["tok_s_stddev"], "test": rows[0]["test"]}
@@ -472,6 +473,10 @@ def main():
                     "processes use fewer than this many CPUs (/proc/stat over 3 s); the busy CPUs measured are "
                     "recorded either way")
     ap.add_argument("--generate-only", action="store_true", help="write the GGUFs and stop")
+    ap.add_argument("--isa", choices=("avx2", "avx512"),
+                    help="tern's kernels (tern bench --isa) and the int8 peak the prefill roofline uses; pair with "
+                         "--llama-bin from `bash bench/build_llamacpp.sh --isa avx2` to compare the AVX2 code paths "
+                         "of both engines on an AVX-512 CPU (default: each engine's best)")
     ap.add_argument("--no-scaling", action="store_true",
                     help="skip the 1-thread and busy-neighbour runs (done on the largest model of each type)")
     args = ap.parse_args()
@@ -522,7 +527,13 @@ def main():
     log(f"memory read bandwidth: {bw['read_gbs_best']:.2f} GB/s best ({bw['read_gbs_median']:.2f} median), "
         f"{args.threads} threads")
     peak = run_json([args.peak, "-t", str(args.threads), "--json"])
-    meta.update(peak=peak, cpu_flags=peak["cpu"])
+    if args.isa:  # the roofline of the kernels asked for: that ISA's int8 probe, not the CPU's best
+        want = "int8_avx2" if args.isa == "avx2" else "int8_avx512vnni"
+        k = next((k for k in peak["kernels"] if k["kernel"] == want and k["measured"]), None)
+        if k is None:
+            sys.exit(f"error: tern_peak did not measure {want} on this CPU")
+        peak.update(int8_gmacs=k["all_threads"], int8_gmacs_1t=k["one_thread"], int8_kernel=want)
+    meta.update(peak=peak, cpu_flags=peak["cpu"], isa=args.isa or "best")
     log(f"compute peak: int8 {peak['int8_gmacs']:.1f} GMAC/s ({peak['int8_kernel']}), fp32 "
         f"{peak['fp32_gflops']:.1f} GFLOP/s ({peak['fp32_kernel']}), {args.threads} threads")
     if not args.no_scaling and args.threads > 1:

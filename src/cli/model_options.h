@@ -51,6 +51,10 @@ inline void add_engine_options(CLI::App& app, runtime::EngineOptions& o, ModelAr
                  "MLA models (glm-dsa): how prefill attention runs: auto (the expanded form for long enough prompt "
                  "pieces, measured), absorbed, or expanded (wherever every key is attended)")
       ->capture_default_str();
+  app.add_option("--isa", o.isa,
+                 "Kernels' instruction set: auto (the best this CPU has), avx512, avx2 or ref (the scalar twins); "
+                 "e.g. avx2 on an AVX-512 CPU to measure those kernels. Same results up to float rounding")
+      ->capture_default_str();
   app.add_flag("--expert-parallel", o.expert_parallel,
                "Under mpirun: each rank holds whole experts, 1/N of them, and a layer's output is summed over ranks "
                "(default: each rank holds 1/N of the rows of every expert: balanced at batch 1, exact)");

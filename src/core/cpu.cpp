@@ -3,7 +3,9 @@
 #include <cpuid.h>
 
 #include <atomic>
+#include <mutex>
 
+#include "core/error.h"
 #include "core/log.h"
 
 namespace tern {
@@ -85,13 +87,51 @@ Isa best_isa() {
 
 void hide_native_avx512(bool hide) { g_native_avx512_hidden.store(hide, std::memory_order_release); }
 
+namespace {
+std::mutex g_engine_isa_mutex;
+bool g_engine_isa_fixed = false;    // engine_isa() has been called: the ISA can no longer change
+bool g_engine_isa_requested = false;
+Isa g_engine_isa = Isa::kRef;
+std::atomic<int> g_engine_isa_fast{-1};  // the fixed ISA, for calls after the first
+}  // namespace
+
 Isa engine_isa() {
-  static const Isa isa = [] {
-    const Isa i = best_isa();
-    log::info("cpu: kernels use %s (cpu: %s)", isa_name(i), cpu_features().summary().c_str());
-    return i;
-  }();
-  return isa;
+  const int fast = g_engine_isa_fast.load(std::memory_order_acquire);
+  if (fast >= 0) return static_cast<Isa>(fast);
+  std::lock_guard<std::mutex> lock(g_engine_isa_mutex);
+  if (!g_engine_isa_fixed) {
+    const Isa best = best_isa();
+    if (!g_engine_isa_requested) {
+      g_engine_isa = best;
+      log::info("cpu: kernels use %s (cpu: %s)", isa_name(best), cpu_features().summary().c_str());
+    } else {
+      log::info("cpu: kernels use %s as --isa asks (best on this cpu: %s; cpu: %s)", isa_name(g_engine_isa),
+                isa_name(best), cpu_features().summary().c_str());
+    }
+    g_engine_isa_fixed = true;
+    g_engine_isa_fast.store(static_cast<int>(g_engine_isa), std::memory_order_release);
+  }
+  return g_engine_isa;
+}
+
+void set_engine_isa(Isa isa) {
+  if (!isa_supported(isa))
+    fail("--isa %s: this CPU cannot run it (has: %s)", isa_name(isa), cpu_features().summary().c_str());
+  std::lock_guard<std::mutex> lock(g_engine_isa_mutex);
+  if (g_engine_isa_fixed && g_engine_isa != isa)
+    fail("--isa %s: the kernels already run %s in this process", isa_name(isa), isa_name(g_engine_isa));
+  g_engine_isa = isa;
+  g_engine_isa_requested = true;
+}
+
+bool parse_isa(const std::string& name, Isa* isa) {
+  for (Isa i : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
+    if (name == isa_name(i)) {
+      *isa = i;
+      return true;
+    }
+  }
+  return false;
 }
 
 const char* isa_name(Isa isa) {

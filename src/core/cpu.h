@@ -16,10 +16,15 @@ struct CpuFeatures {
 const CpuFeatures& cpu_features();
 bool isa_supported(Isa isa);  // can this machine run kernels compiled for isa?
 Isa best_isa();               // from the CPU alone (never affected by the test hook below)
-// The ISA the engine's kernels use (the ops' default; quant::active_isa should forward here): best_isa(), chosen on
-// first use and logged once with the CPU's features.
+// The ISA the engine's kernels use (the ops' default; quant::active_isa should forward here): best_isa(), or what
+// set_engine_isa asked for, fixed on first use and logged once with the CPU's features.
 Isa engine_isa();
+// --isa: makes the engine's kernels use `isa` instead of the best one (e.g. the AVX2 kernels on an AVX-512 CPU, to
+// measure them). Throws Error when this CPU cannot run it, or when engine_isa() was already fixed to another ISA.
+void set_engine_isa(Isa isa);
 const char* isa_name(Isa isa);
+// "ref", "avx2" or "avx512" -> the Isa; false for anything else.
+bool parse_isa(const std::string& name, Isa* isa);
 
 // Test hook (tests/isa_variant.h): while hidden, isa_supported(kAvx512) is false. The tests hide native AVX-512
 // while the SIMDe twins stand in for the AVX-512 units, so a dispatch not routed to its twin refuses kAvx512

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu.h"
 #include "models/model.h"
 #include "runtime/decode_loop.h"
 #include "runtime/memory_plan.h"
@@ -33,6 +34,7 @@ struct EngineOptions {
   bool no_spec = false;        // --no-spec: no speculative decoding
   bool draft_fixed = false;    // --draft-fixed: draft the full length every step (no adaptation; for measuring)
   std::string mla_form = "auto";  // --mla-form auto|absorbed|expanded (MLA models)
+  std::string isa = "auto";    // --isa auto|avx512|avx2|ref: the kernels' instruction set (auto: the best one)
   // Set by commands that hold several sequences or big batches (serve), for the memory plan. 0: as many as fit
   // (--parallel auto: runtime::auto_parallel, logged; Engine::n_parallel() tells the number).
   int n_parallel = 1;
@@ -42,13 +44,15 @@ struct EngineOptions {
 
 // The parts of EngineOptions that are checked and parsed before a model is loaded (shared by the engine and
 // `tern plan`): throws Error naming the flag for a negative -c or --expert-cache, an unknown --kv-type(-k/-v),
-// --kv-rotate or --mla-form, a negative --kv-sink / --kv-window, or a malformed --mem-budget.
+// --kv-rotate, --mla-form or --isa, a negative --kv-sink / --kv-window, or a malformed --mem-budget.
 inline constexpr int64_t kDefaultKvSink = 16;     // measured: docs/BENCHMARKS.md, KV cache quality
 inline constexpr int64_t kDefaultKvWindow = 128;
 struct CheckedOptions {
   ops::KvConfig kv;
   uint64_t budget = 0;  // bytes; 0: no --mem-budget
   models::MlaForm mla_form = models::MlaForm::kAuto;
+  bool isa_set = false;  // --isa other than auto
+  Isa isa = Isa::kRef;
 };
 CheckedOptions check_options(const EngineOptions& o);
 

@@ -48,6 +48,43 @@ TEST(Error, Formats) {
   }
 }
 
+// --isa: names parse both ways; an ISA this CPU lacks is refused; once the kernels have run with one ISA another is
+// refused (the same one is accepted), since weights repacked and logged under one must not meet kernels of another.
+TEST(Cpu, EngineIsaChoice) {
+  for (Isa i : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
+    Isa parsed = Isa::kRef;
+    ASSERT_TRUE(parse_isa(isa_name(i), &parsed)) << isa_name(i);
+    EXPECT_EQ(parsed, i);
+  }
+  Isa parsed = Isa::kAvx2;
+  EXPECT_FALSE(parse_isa("auto", &parsed));
+  EXPECT_FALSE(parse_isa("AVX2", &parsed));
+  EXPECT_FALSE(parse_isa("", &parsed));
+  EXPECT_EQ(parsed, Isa::kAvx2);
+
+  hide_native_avx512(true);  // as on a CPU without AVX-512
+  try {
+    set_engine_isa(Isa::kAvx512);
+    ADD_FAILURE() << "--isa avx512 accepted without AVX-512";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot run"), std::string::npos) << e.what();
+  }
+  hide_native_avx512(false);
+
+  const Isa fixed = engine_isa();  // fixes the choice (the default: best_isa, unless a test asked before)
+  EXPECT_NO_THROW(set_engine_isa(fixed));
+  const Isa other = fixed == Isa::kRef ? (isa_supported(Isa::kAvx2) ? Isa::kAvx2 : Isa::kRef) : Isa::kRef;
+  if (other != fixed) {
+    try {
+      set_engine_isa(other);
+      ADD_FAILURE() << "--isa changed after the kernels ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("already run"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(engine_isa(), fixed);
+}
+
 TEST(Cpu, RefAlwaysSupported) {
   EXPECT_TRUE(isa_supported(Isa::kRef));
   EXPECT_TRUE(isa_supported(best_isa()));

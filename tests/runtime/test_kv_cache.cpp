@@ -208,6 +208,18 @@ TEST(KvCache, BadFlagsAreNamed) {
     EXPECT_THROW(check_options(o), Error);
     o.mla_form = "expanded";
     EXPECT_EQ(check_options(o).mla_form, models::MlaForm::kExpanded);
+    EXPECT_FALSE(check_options(o).isa_set);  // --isa auto
+    o.isa = "avx2";
+    EXPECT_TRUE(check_options(o).isa_set);
+    EXPECT_EQ(check_options(o).isa, Isa::kAvx2);
+    o.isa = "neon";
+    try {
+      check_options(o);
+      ADD_FAILURE() << "--isa neon accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--isa"), std::string::npos) << e.what();
+    }
+    o.isa = "auto";
     // qwen35moe has no MLA: a forced form is refused by name, not ignored.
     o.model_path = kBundled;
     try {

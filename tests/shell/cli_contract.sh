@@ -44,6 +44,13 @@ check "run with drafting prints the ids of --no-spec" '[ -s "$tmp/s0" ] && cmp -
 "$TERN" run -m "$M" --tokens 5,9,13 -n 2 --temp 0 --print-ids -c 64 --draft 2 >/dev/null 2>"$tmp/w"
 check "--draft without an MTP block warns" 'grep -q "has no MTP block tern drafts with" "$tmp/w"'
 
+# --isa: the kernels' instruction set chosen by the user, logged once; the scalar twins run everywhere.
+for isa in ref avx2; do
+  if [ $isa = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then continue; fi
+  "$TERN" run -m "$M" --tokens 1,2,3 -n 7 --temp 0 --print-ids -t 1 --isa $isa >"$tmp/isa" 2>"$tmp/isae"
+  check "run --isa $isa prints 7 ids, says so once" 'grep -Eq "^[0-9]+( [0-9]+){6}$" "$tmp/isa" && [ $(grep -c "kernels use $isa as --isa asks" "$tmp/isae") -eq 1 ]'
+done
+
 # Bad input: exit 1 and exactly one error line ("tern: error: ..."), the last line on stderr (info lines about
 # what was loaded may precede it).
 bad() {
@@ -58,6 +65,8 @@ bad run -m "$M" --tokens 999999 -n 1 --print-ids
 bad run -m "$M" -p "" -n 1
 bad run -m "$M" --bogus-flag
 bad run -m "$M" -p "hi" -t -3
+bad run -m "$M" --tokens 1,2 -n 1 --print-ids --isa sse4
+grep -qw avx512_vnni /proc/cpuinfo || bad run -m "$M" --tokens 1,2 -n 1 --print-ids --isa avx512
 bad logits -m "$M" --tokens 1,2 -o /nonexistent/dir/x.bin
 bad run -m "$FIX/nonexistent.gguf" -p hi
 bad tokenize -m "$M"
