@@ -1,5 +1,5 @@
 // 512-bit repacked (x8) gemm kernels for AVX-512 VNNI, for the types prefill spends its time in (Q4_0, Q8_0, Q4_K,
-// Q6_K): two neighbouring groups of 8 rows side by side in one zmm (lanes 0-7 group g, 8-15 group g + 1), so one
+// Q5_K, Q6_K): two neighbouring groups of 8 rows side by side in one zmm (lanes 0-7 group g, 8-15 group g + 1), so one
 // broadcast activation piece and one vpdpbusd serve 16 rows where the 256-bit kernels (simd_repack.h) serve 8.
 // The x8 layout is unchanged (a zmm is two 32-byte loads), and every lane runs the 256-bit kernel's exact sequence
 // of integer sums and float steps, so the results are the ref's bits (repack.h). Included by the AVX-512 unit only
@@ -96,10 +96,12 @@ void q8_0(const uint8_t* g0, const uint8_t* g1, int64_t nb, const uint8_t* const
   }
 }
 
-// ---- Q4_K (x8k::k4 without Q5_K's fifth bit, VNNI): per sub-block an int32 sum times its scale; mins from bsums.
-template <int NT>
-void q4_k(const uint8_t* g0, const uint8_t* g1, int64_t nb, const uint8_t* const* xr, __m512* acc) {
-  constexpr size_t kBlock = x8::kQ4_K_block;
+// ---- Q4_K / Q5_K (x8k::k4, VNNI): per sub-block an int32 sum times its scale; mins from bsums. Q5_K's fifth bit
+// of sub-block `sub` is bit `sub` of each qh byte (shifted in 16-bit lanes: each byte's own bit lands at bit 4).
+template <int NT, bool kQ5>
+void k4(const uint8_t* g0, const uint8_t* g1, int64_t nb, const uint8_t* const* xr, __m512* acc) {
+  constexpr size_t kBlock = kQ5 ? x8::kQ5_K_block : x8::kQ4_K_block;
+  constexpr size_t kQs = kQ5 ? x8::kQ5_K_qs : x8::kQ4_K_qs;
   const __m512i m4 = b8(0x0F);
   for (int64_t b = 0; b < nb; ++b, g0 += kBlock, g1 += kBlock) {
     __m512i isum[NT];
@@ -112,8 +114,13 @@ void q4_k(const uint8_t* g0, const uint8_t* g1, int64_t nb, const uint8_t* const
       __m512i s[NT];
       for (int t = 0; t < NT; ++t) s[t] = _mm512_setzero_si512();
       for (int k = 0; k < 8; ++k) {
-        const size_t p = x8::kQ4_K_qs + 32 * (8 * j + k);
-        const __m512i q = _mm512_and_si512(_mm512_srli_epi16(load2(g0 + p, g1 + p), shift), m4);
+        const size_t p = kQs + 32 * (8 * j + k);
+        __m512i q = _mm512_and_si512(_mm512_srli_epi16(load2(g0 + p, g1 + p), shift), m4);
+        if constexpr (kQ5) {
+          const size_t ph = x8::kQ5_K_qh + 32 * k;
+          const __m512i qh = load2(g0 + ph, g1 + ph);
+          q = _mm512_or_si512(q, _mm512_and_si512(_mm512_slli_epi16(_mm512_srli_epi16(qh, sub), 4), b8(0x10)));
+        }
         for (int t = 0; t < NT; ++t)
           s[t] = _mm512_dpbusd_epi32(s[t], q, bcast4(reinterpret_cast<const BlockQ8_K*>(xr[t])[b].qs + 32 * sub + 4 * k));
       }
@@ -181,13 +188,15 @@ void q6_k(const uint8_t* g0, const uint8_t* g1, int64_t nb, const uint8_t* const
 }
 
 template <Type kW>
-constexpr bool kHas = kW == Type::Q4_0 || kW == Type::Q8_0 || kW == Type::Q4_K || kW == Type::Q6_K;
+constexpr bool kHas =
+    kW == Type::Q4_0 || kW == Type::Q8_0 || kW == Type::Q4_K || kW == Type::Q5_K || kW == Type::Q6_K;
 
 template <Type kW, int NT>
 void pair(const uint8_t* g0, const uint8_t* g1, int64_t nb, const uint8_t* const* xr, __m512* acc) {
   if constexpr (kW == Type::Q4_0) q4_0<NT>(g0, g1, nb, xr, acc);
   else if constexpr (kW == Type::Q8_0) q8_0<NT>(g0, g1, nb, xr, acc);
-  else if constexpr (kW == Type::Q4_K) q4_k<NT>(g0, g1, nb, xr, acc);
+  else if constexpr (kW == Type::Q4_K) k4<NT, false>(g0, g1, nb, xr, acc);
+  else if constexpr (kW == Type::Q5_K) k4<NT, true>(g0, g1, nb, xr, acc);
   else q6_k<NT>(g0, g1, nb, xr, acc);
 }
 
