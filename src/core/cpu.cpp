@@ -89,17 +89,16 @@ void hide_native_avx512(bool hide) { g_native_avx512_hidden.store(hide, std::mem
 
 namespace {
 std::mutex g_engine_isa_mutex;
-bool g_engine_isa_fixed = false;    // engine_isa() has been called: the ISA can no longer change
-bool g_engine_isa_requested = false;
+bool g_engine_isa_requested = false;  // set_engine_isa was called: g_engine_isa holds its choice
 Isa g_engine_isa = Isa::kRef;
-std::atomic<int> g_engine_isa_fast{-1};  // the fixed ISA, for calls after the first
+std::atomic<int> g_engine_isa_fixed{-1};  // the ISA once engine_isa() has run (then it never changes), else -1
 }  // namespace
 
 Isa engine_isa() {
-  const int fast = g_engine_isa_fast.load(std::memory_order_acquire);
-  if (fast >= 0) return static_cast<Isa>(fast);
+  const int fixed = g_engine_isa_fixed.load(std::memory_order_acquire);
+  if (fixed >= 0) return static_cast<Isa>(fixed);
   std::lock_guard<std::mutex> lock(g_engine_isa_mutex);
-  if (!g_engine_isa_fixed) {
+  if (g_engine_isa_fixed.load(std::memory_order_relaxed) < 0) {
     const Isa best = best_isa();
     if (!g_engine_isa_requested) {
       g_engine_isa = best;
@@ -108,8 +107,7 @@ Isa engine_isa() {
       log::info("cpu: kernels use %s as --isa asks (best on this cpu: %s; cpu: %s)", isa_name(g_engine_isa),
                 isa_name(best), cpu_features().summary().c_str());
     }
-    g_engine_isa_fixed = true;
-    g_engine_isa_fast.store(static_cast<int>(g_engine_isa), std::memory_order_release);
+    g_engine_isa_fixed.store(static_cast<int>(g_engine_isa), std::memory_order_release);
   }
   return g_engine_isa;
 }
@@ -118,7 +116,7 @@ void set_engine_isa(Isa isa) {
   if (!isa_supported(isa))
     fail("--isa %s: this CPU cannot run it (has: %s)", isa_name(isa), cpu_features().summary().c_str());
   std::lock_guard<std::mutex> lock(g_engine_isa_mutex);
-  if (g_engine_isa_fixed && g_engine_isa != isa)
+  if (g_engine_isa_fixed.load(std::memory_order_relaxed) >= 0 && g_engine_isa != isa)
     fail("--isa %s: the kernels already run %s in this process", isa_name(isa), isa_name(g_engine_isa));
   g_engine_isa = isa;
   g_engine_isa_requested = true;

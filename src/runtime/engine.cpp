@@ -107,8 +107,9 @@ CheckedOptions check_options(const EngineOptions& o) {
   if (!models::parse_mla_form(o.mla_form, &c.mla_form))
     fail("--mla-form must be auto, absorbed or expanded (got '%s')", o.mla_form.c_str());
   if (o.isa != "auto") {
-    if (!parse_isa(o.isa, &c.isa)) fail("--isa must be auto, avx512, avx2 or ref (got '%s')", o.isa.c_str());
-    c.isa_set = true;
+    Isa isa;
+    if (!parse_isa(o.isa, &isa)) fail("--isa must be auto, avx512, avx2 or ref (got '%s')", o.isa.c_str());
+    c.isa = isa;
   }
   return c;
 }
@@ -117,7 +118,7 @@ Engine::Engine(const EngineOptions& o) {
   if (o.threads < 0) fail("--threads must be >= 0 (got %d)", o.threads);
   set_n_threads(o.threads);
   const CheckedOptions checked = check_options(o);
-  if (checked.isa_set) set_engine_isa(checked.isa);  // before the first kernel (the load repacks)
+  if (checked.isa) set_engine_isa(*checked.isa);  // before the first kernel (the load repacks)
   kv_ = checked.kv;
   if (kv_.k != ops::KvType::kF16 || kv_.v != ops::KvType::kF16 || kv_.rotate)
     log::info("KV cache: %s", kv_description(kv_).c_str());

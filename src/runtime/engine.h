@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,7 @@ struct CheckedOptions {
   ops::KvConfig kv;
   uint64_t budget = 0;  // bytes; 0: no --mem-budget
   models::MlaForm mla_form = models::MlaForm::kAuto;
-  bool isa_set = false;  // --isa other than auto
-  Isa isa = Isa::kRef;
+  std::optional<Isa> isa;  // --isa other than auto
 };
 CheckedOptions check_options(const EngineOptions& o);
 

@@ -208,10 +208,10 @@ TEST(KvCache, BadFlagsAreNamed) {
     EXPECT_THROW(check_options(o), Error);
     o.mla_form = "expanded";
     EXPECT_EQ(check_options(o).mla_form, models::MlaForm::kExpanded);
-    EXPECT_FALSE(check_options(o).isa_set);  // --isa auto
+    EXPECT_FALSE(check_options(o).isa.has_value());  // --isa auto
     o.isa = "avx2";
-    EXPECT_TRUE(check_options(o).isa_set);
-    EXPECT_EQ(check_options(o).isa, Isa::kAvx2);
+    ASSERT_TRUE(check_options(o).isa.has_value());
+    EXPECT_EQ(*check_options(o).isa, Isa::kAvx2);
     o.isa = "neon";
     try {
       check_options(o);
