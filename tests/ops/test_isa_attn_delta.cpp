@@ -60,6 +60,8 @@ const AttnCase kAttnCases[] = {
     {1, 1, 3, 5, 2},
     {4, 4, 16, 33, 0},
     {8, 2, 256, 2, 300},  // decode at depth: V read in many 16 / 32-position tiles
+    {16, 2, 256, 1, 300},  // decode, group 8: one task per KV head (at up to 2 threads), K / V tiles for 8 heads
+    {10, 1, 100, 3, 90},   // group 10, head_dim with a tail, a few tokens: heads 4 + 4 + 2 over each tile
 };
 
 }  // namespace
@@ -83,37 +85,50 @@ TEST_P(IsaAttention, VsRef) {
       std::vector<float> ref(c.T * row_q);
       Guarded got(c.T * row_q);
       attention_causal(q.data(), c.T, c.n_head, cache.view, c.pos0, scale, ref.data(), Isa::kRef);
-      attention_causal(q.data(), c.T, c.n_head, cache.view, c.pos0, scale, got.data(), isa());
-      EXPECT_TRUE(got.ok());
-      EXPECT_LE(nmse(got.values(), ref), 1e-12)
-          << "n_head " << c.n_head << " hd " << c.hd << " T " << c.T << (type == KvType::kF16 ? " f16" : " f32");
+      const int saved = n_threads();
+      for (int threads : {1, 3}) {  // the decode tasks (one per KV head) and tasks of four heads
+        set_n_threads(threads);
+        attention_causal(q.data(), c.T, c.n_head, cache.view, c.pos0, scale, got.data(), isa());
+        EXPECT_TRUE(got.ok());
+        EXPECT_LE(nmse(got.values(), ref), 1e-12) << "n_head " << c.n_head << " hd " << c.hd << " T " << c.T
+                                                  << (type == KvType::kF16 ? " f16" : " f32") << " threads " << threads;
+      }
+      set_n_threads(saved);
     }
   }
 }
 
 // On this ISA: a prefill of 40 tokens in one call == the tokens one at a time == another thread count, bit for bit.
+// One token at a time at 1 thread takes the decode tasks (all query heads of a KV head, K / V a tile at a time for
+// them all) and at 3 threads tasks of four heads (fewer KV heads than threads): both must give the batch's bits.
 TEST_P(IsaAttention, BatchEqualsOneByOneAndThreadInvariant) {
-  const AttnCase c{8, 2, 256, 40, 0};
-  std::mt19937_64 rng(202);
-  const int64_t row_kv = c.n_head_kv * c.hd, row_q = c.n_head * c.hd;
-  const auto k = rand_vec(rng, c.T * row_kv, -2.0f, 2.0f), v = rand_vec(rng, c.T * row_kv, -1.0f, 1.0f);
-  const auto q = rand_vec(rng, c.T * row_q, -2.0f, 2.0f);
-  for (KvType type : {KvType::kF32, KvType::kF16}) {
-    Cache a(c, type, c.T), b(c, type, c.T);
-    std::vector<float> batch(c.T * row_q), single(batch.size()), multi(batch.size());
-    const int saved = n_threads();
-    set_n_threads(1);
-    kv_store(a.view, k.data(), v.data(), c.T, 0, isa());
-    attention_causal(q.data(), c.T, c.n_head, a.view, 0, 0.0625f, batch.data(), isa());
-    set_n_threads(3);
-    attention_causal(q.data(), c.T, c.n_head, a.view, 0, 0.0625f, multi.data(), isa());
-    for (int64_t t = 0; t < c.T; ++t) {
-      kv_store(b.view, k.data() + t * row_kv, v.data() + t * row_kv, 1, t, isa());
-      attention_causal(q.data() + t * row_q, 1, c.n_head, b.view, t, 0.0625f, single.data() + t * row_q, isa());
+  for (const AttnCase& c : {AttnCase{8, 2, 256, 40, 0}, AttnCase{16, 2, 256, 150, 0}, AttnCase{10, 1, 100, 70, 0}}) {
+    std::mt19937_64 rng(202);
+    const int64_t row_kv = c.n_head_kv * c.hd, row_q = c.n_head * c.hd;
+    const auto k = rand_vec(rng, c.T * row_kv, -2.0f, 2.0f), v = rand_vec(rng, c.T * row_kv, -1.0f, 1.0f);
+    const auto q = rand_vec(rng, c.T * row_q, -2.0f, 2.0f);
+    for (KvType type : {KvType::kF32, KvType::kF16}) {
+      Cache a(c, type, c.T), b(c, type, c.T);
+      std::vector<float> batch(c.T * row_q), single(batch.size()), single3(batch.size()), multi(batch.size());
+      const int saved = n_threads();
+      set_n_threads(1);
+      kv_store(a.view, k.data(), v.data(), c.T, 0, isa());
+      attention_causal(q.data(), c.T, c.n_head, a.view, 0, 0.0625f, batch.data(), isa());
+      set_n_threads(3);
+      attention_causal(q.data(), c.T, c.n_head, a.view, 0, 0.0625f, multi.data(), isa());
+      for (int64_t t = 0; t < c.T; ++t) {
+        kv_store(b.view, k.data() + t * row_kv, v.data() + t * row_kv, 1, t, isa());
+        set_n_threads(1);
+        attention_causal(q.data() + t * row_q, 1, c.n_head, b.view, t, 0.0625f, single.data() + t * row_q, isa());
+        set_n_threads(3);
+        attention_causal(q.data() + t * row_q, 1, c.n_head, b.view, t, 0.0625f, single3.data() + t * row_q, isa());
+      }
+      set_n_threads(saved);
+      const char* tn = type == KvType::kF16 ? " f16" : " f32";
+      EXPECT_TRUE(bit_equal(batch, single)) << "n_head " << c.n_head << tn;
+      EXPECT_TRUE(bit_equal(batch, single3)) << "n_head " << c.n_head << tn;
+      EXPECT_TRUE(bit_equal(batch, multi)) << "n_head " << c.n_head << tn;
     }
-    set_n_threads(saved);
-    EXPECT_TRUE(bit_equal(batch, single));
-    EXPECT_TRUE(bit_equal(batch, multi));
   }
 }
 
