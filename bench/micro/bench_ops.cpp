@@ -109,7 +109,7 @@ const int kRegistered = [] {
       struct Case {
         int64_t T, past, layers;
       };
-      for (const Case& c : {Case{512, 0, 1}, Case{1, 4096, 1}, Case{1, 8192, 1}, Case{1, 8192, 10}}) {
+      for (const Case& c : {Case{512, 0, 1}, Case{1, 1024, 1}, Case{1, 4096, 1}, Case{1, 8192, 1}, Case{1, 8192, 10}}) {
         const std::string name = std::string("BM_attention/") + isa_name(isa) + "/" + tn + "/T" +
                                  std::to_string(c.T) + "_past" + std::to_string(c.past) +
                                  (c.layers > 1 ? "_x" + std::to_string(c.layers) : "");
