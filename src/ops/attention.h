@@ -77,8 +77,9 @@ void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t n_t
 // stored (kv_store). scale is 1/sqrt(head_dim) for Qwen3.5-MoE. Softmax in fp32 with a double sum. Work is split
 // into tasks of up to 16 query tokens x 4 query heads of one KV head (f16 and quantized rows are converted in
 // registers; several tokens over a quantized cache: all query heads of the KV head, its rows decoded once per tile
-// for all of them; up to 16 tokens with at least one KV head per thread, as in decoding: all query heads of the
-// KV head, its rows read a tile at a time for them all, so a long context is read from memory once per token).
+// for all of them; up to 16 tokens over f16 / f32 rows with at least one KV head per thread, as in decoding: all
+// query heads of the KV head, its rows read a tile at a time for them all, so a long context is read from memory
+// once per token).
 // With kv.rotate, q is rotated (into scratch) and out rotated back.
 // Throws tern::Error on inconsistent shapes or a position range outside the cache.
 void attention_causal(const float* q, int64_t n_tokens, int64_t n_head, const KvCacheView& kv, int64_t pos0,

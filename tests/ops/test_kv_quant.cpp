@@ -296,7 +296,7 @@ TEST_P(IsaKvQuant, BatchEqualsOneByOne) {
       attention_causal(q.data(), T, s.n_head, a.view, 0, 0.125f, batch.data(), isa());
       set_n_threads(3);
       attention_causal(q.data(), T, s.n_head, a.view, 0, 0.125f, multi.data(), isa());
-      for (int64_t i = 0; i < T; ++i) {  // one token: at 1 thread a task per KV head, at 3 tasks of four heads
+      for (int64_t i = 0; i < T; ++i) {  // one token, at 1 and at 3 threads (f16 V: a task per KV head at 1)
         kv_store(b.view, k.data() + i * row, v.data() + i * row, 1, i, isa());
         set_n_threads(1);
         attention_causal(q.data() + i * row_q, 1, s.n_head, b.view, i, 0.125f, single.data() + i * row_q, isa());
