@@ -17,6 +17,7 @@
 #include "ops/delta_rule.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "attn_one_by_one.h"
 #include "ref.h"
 
 using namespace tern;
@@ -109,21 +110,16 @@ TEST_P(IsaAttention, BatchEqualsOneByOneAndThreadInvariant) {
     const auto q = rand_vec(rng, c.T * row_q, -2.0f, 2.0f);
     for (KvType type : {KvType::kF32, KvType::kF16}) {
       Cache a(c, type, c.T), b(c, type, c.T);
-      std::vector<float> batch(c.T * row_q), single(batch.size()), single3(batch.size()), multi(batch.size());
+      std::vector<float> batch(c.T * row_q), multi(batch.size());
       const int saved = n_threads();
       set_n_threads(1);
       kv_store(a.view, k.data(), v.data(), c.T, 0, isa());
       attention_causal(q.data(), c.T, c.n_head, a.view, 0, 0.0625f, batch.data(), isa());
       set_n_threads(3);
       attention_causal(q.data(), c.T, c.n_head, a.view, 0, 0.0625f, multi.data(), isa());
-      for (int64_t t = 0; t < c.T; ++t) {
-        kv_store(b.view, k.data() + t * row_kv, v.data() + t * row_kv, 1, t, isa());
-        set_n_threads(1);
-        attention_causal(q.data() + t * row_q, 1, c.n_head, b.view, t, 0.0625f, single.data() + t * row_q, isa());
-        set_n_threads(3);
-        attention_causal(q.data() + t * row_q, 1, c.n_head, b.view, t, 0.0625f, single3.data() + t * row_q, isa());
-      }
       set_n_threads(saved);
+      const auto single = attend_one_by_one(b.view, k.data(), v.data(), q.data(), c.T, c.n_head, 0.0625f, isa(), 1);
+      const auto single3 = attend_one_by_one(b.view, k.data(), v.data(), q.data(), c.T, c.n_head, 0.0625f, isa(), 3);
       const char* tn = type == KvType::kF16 ? " f16" : " f32";
       EXPECT_TRUE(bit_equal(batch, single)) << "n_head " << c.n_head << tn;
       EXPECT_TRUE(bit_equal(batch, single3)) << "n_head " << c.n_head << tn;

@@ -14,6 +14,7 @@
 #include "core/parallel.h"
 #include "ops/attention.h"
 #include "quant/convert.h"
+#include "attn_one_by_one.h"
 #include "ref.h"
 
 using namespace tern;
@@ -289,21 +290,17 @@ TEST_P(IsaKvQuant, BatchEqualsOneByOne) {
     const auto q = rand_vec(rng, T * row_q, -2.0f, 2.0f);
     for (const auto& [kt, vt] : types) {
       Cache a(s, kt, vt, 3, 7, true), b(s, kt, vt, 3, 7, true);
-      std::vector<float> batch(T * row_q), single(batch.size()), single3(batch.size()), multi(batch.size());
+      std::vector<float> batch(T * row_q), multi(batch.size());
       const int saved = n_threads();
       set_n_threads(1);
       kv_store(a.view, k.data(), v.data(), T, 0, isa());
       attention_causal(q.data(), T, s.n_head, a.view, 0, 0.125f, batch.data(), isa());
       set_n_threads(3);
       attention_causal(q.data(), T, s.n_head, a.view, 0, 0.125f, multi.data(), isa());
-      for (int64_t i = 0; i < T; ++i) {  // one token, at 1 and at 3 threads (f16 V: a task per KV head at 1)
-        kv_store(b.view, k.data() + i * row, v.data() + i * row, 1, i, isa());
-        set_n_threads(1);
-        attention_causal(q.data() + i * row_q, 1, s.n_head, b.view, i, 0.125f, single.data() + i * row_q, isa());
-        set_n_threads(3);
-        attention_causal(q.data() + i * row_q, 1, s.n_head, b.view, i, 0.125f, single3.data() + i * row_q, isa());
-      }
       set_n_threads(saved);
+      // One token at a time, at 1 and at 3 threads (f16 / f32 rows: a task per KV head at 1).
+      const auto single = attend_one_by_one(b.view, k.data(), v.data(), q.data(), T, s.n_head, 0.125f, isa(), 1);
+      const auto single3 = attend_one_by_one(b.view, k.data(), v.data(), q.data(), T, s.n_head, 0.125f, isa(), 3);
       EXPECT_TRUE(bit_equal(batch, single)) << kv_type_name(kt) << "/" << kv_type_name(vt) << " hd " << s.hd;
       EXPECT_TRUE(bit_equal(batch, single3)) << kv_type_name(kt) << "/" << kv_type_name(vt) << " hd " << s.hd;
       EXPECT_TRUE(bit_equal(batch, multi)) << kv_type_name(kt) << "/" << kv_type_name(vt) << " hd " << s.hd;

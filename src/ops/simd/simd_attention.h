@@ -35,9 +35,18 @@ struct KvRows {
   int64_t first = 0;  // base holds rows from this one on (a decoded tile)
   bool decoded = false;  // a decoded tile (no rows beyond it to ask for)
   template <int F>
+  static constexpr int64_t unit() {  // bytes of one unit of stride
+    return F == kFmtF32 ? 4 : F == kFmtF16 ? 2 : 1;
+  }
+  template <int F>
+  static int64_t row_bytes(int64_t hd) {  // bytes of one row of hd elements
+    if constexpr (F == kFmtF32 || F == kFmtF16) return hd * unit<F>();
+    return kv_row_bytes(F == kFmtQ8 ? KvType::kQ8_0 : KvType::kQ4_0, hd);
+  }
+  template <int F>
   const void* at(int64_t p) const {
     const int64_t row = (idx ? idx[p] : p) - first;
-    return static_cast<const char*>(base) + row * stride * (F == kFmtF32 ? 4 : F == kFmtF16 ? 2 : 1);
+    return static_cast<const char*>(base) + row * stride * unit<F>();
   }
   // Asks for the cache lines of row p + kAhead (into L2) when it exists (p + kAhead < n_pos) and the rows are the
   // cache's own in position order (not a decoded tile or a list of positions): a long context's rows come from
@@ -109,7 +118,7 @@ struct AttnSimd {
   template <int NR, int F16>
   static void scores(const float* const* q, const KvRows& k, int64_t p0, int64_t p1, int64_t n_pos, int64_t hd,
                      float scale, float* sc) {
-    const int64_t rb = F16 == kFmtF32 ? 4 * hd : F16 == kFmtF16 ? 2 * hd : hd / 32 * (F16 == kFmtQ8 ? 34 : 18);
+    const int64_t rb = KvRows::row_bytes<F16>(hd);
     for (int64_t p = p0; p < p1; ++p) {
       k.prefetch<F16>(p, n_pos, rb);
       const void* kr = k.at<F16>(p);
@@ -184,8 +193,7 @@ struct AttnSimd {
       }
     } else if (p0 < p1) {  // rows in position order: a pointer that steps (the same rows as at<>)
       const char* vr = static_cast<const char*>(v.at<F16>(p0));
-      const int64_t bytes = static_cast<const char*>(v.at<F16>(p0 + 1)) - vr;
-      for (int64_t p = p0; p < p1; ++p, vr += bytes) step(vr, p);
+      for (int64_t p = p0; p < p1; ++p, vr += v.stride * KvRows::unit<F16>()) step(vr, p);
     }
     for (int r = 0; r < NR; ++r) {
       const R s = V::set1(last ? inv[r] : 1.0f);
@@ -216,7 +224,7 @@ struct AttnSimd {
       const int64_t t1 = std::min(p1, t0 + tile);
       const bool first = t0 == 0, last = t1 == n_pos;
       // The first slice asks for the rows ahead (a slice reads the tile's rows; the others find them in L1).
-      const int64_t rb = F == kFmtF32 ? 4 * hd : F == kFmtF16 ? 2 * hd : hd / 32 * (F == kFmtQ8 ? 34 : 18);
+      const int64_t rb = KvRows::row_bytes<F>(hd);
       int64_t i = 0;
       for (; i + 2 * L <= hd; i += 2 * L)
         slice<NR, F, true>(sc, n_pos, v, i, L, L, t0, t1, first, last, inv, out, i == 0 ? rb : 0);
@@ -283,7 +291,7 @@ struct AttnSimd {
   template <int F>
   static void decode_rows(const KvRows& rows, int64_t p0, int64_t p1, int64_t n_pos, int64_t hd, float* out) {
     for (int64_t p = p0; p < p1; ++p, out += hd) {
-      rows.prefetch<F>(p, n_pos, kv_row_bytes(F == kFmtQ8 ? KvType::kQ8_0 : KvType::kQ4_0, hd));
+      rows.prefetch<F>(p, n_pos, KvRows::row_bytes<F>(hd));
       const void* r = rows.at<F>(p);
       for (int64_t i = 0; i < hd; i += 2 * L) {
         R x[2];
