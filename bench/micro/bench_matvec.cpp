@@ -141,7 +141,7 @@ const int kRegistered = [] {
         const std::string name = std::string("BM_matvec_x8/") + type_name(t) + "/" + isa_name(isa) + "/" +
                                  std::to_string(s[0]) + "x" + std::to_string(s[1]);
         benchmark::RegisterBenchmark(name.c_str(), bm_matvec_x8, t, isa, s[0], s[1])
-            ->Args({1, 1})->Args({2, 1})->Args({1, 2})->Args({1, 3})->Args({1, 4})->Args({2, 2})->Args({2, 3})->Args({2, 4})->Args({2, 64})
+            ->Args({1, 1})->Args({2, 1})->Args({1, 2})->Args({1, 3})->Args({1, 4})->Args({2, 2})->Args({2, 3})->Args({2, 4})->Args({2, 16})->Args({1, 64})->Args({2, 64})
             ->Unit(benchmark::kMicrosecond)->UseRealTime();
       }
     }

@@ -172,7 +172,7 @@ TEST(Repack, RefMatchesFloat64Dot) {
   }
 }
 
-// Every ISA gives the ref's bits, for every token count (tiles of 4 and their remainders), group range and
+// Every ISA gives the ref's bits, for every token count (tiles of 4 and 8 and their remainders), group range and
 // tail group; rows outside the range and past n_rows keep their guard value.
 // Run per kernel variant: AVX2, native AVX-512, and the AVX-512 source compiled against SIMDe (tests/isa_variant.h).
 class RepackIsa : public ::testing::TestWithParam<test::IsaVariant> {};
@@ -190,7 +190,7 @@ TEST_P(RepackIsa, BitIdenticalToRef) {
       std::vector<uint8_t> packed(repacked_bytes(c.t, c.n_rows, c.n_in));
       repack(c.t, w.data(), rs, c.n_rows, c.n_in, packed.data());
       const int64_t groups = (c.n_rows + 7) / 8;
-      for (int64_t n_tok : {1, 2, 3, 4, 5, 9}) {
+      for (int64_t n_tok : {1, 2, 3, 4, 5, 7, 8, 9, 13, 17}) {
         const auto x = random_acts(c.n_in * n_tok, rng);
         const size_t stride = repacked_act_row_bytes(c.t, c.n_in);
         std::vector<uint8_t> xq(stride * n_tok), xq_isa(stride * n_tok);

@@ -559,36 +559,48 @@ void group(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) 
   else q6_k<Ops, NT>(g, nb, xr, acc);
 }
 
-// Token tiles outer (their activations stay in L1 across the groups of a call), groups inner. Every
-// (row, token) runs the same instruction sequence whatever tile it falls in.
+template <class Ops>
+constexpr int pair_tile() {
+  if constexpr (Ops::kPairs) return Ops::kPairTile;
+  else return kTile;
+}
+
+// Token tiles outer (their activations stay in L1 across the groups of a call), groups inner; Ops with 512-bit
+// kernels take tiles of their own size (Ops::kPairTile), the 256-bit kernels sub-tiles of kTile. Every (row,
+// token) runs the same instruction sequence whatever tile it falls in.
 template <class Ops, Type kW>
 void drive(const RepackArgs& a) {
-  for (int64_t t0 = 0; t0 < a.n_tok; t0 += kTile) {
-    const int nt = a.n_tok - t0 < kTile ? static_cast<int>(a.n_tok - t0) : kTile;
-    const uint8_t* xr[kTile];
+  constexpr int kOuter = pair_tile<Ops>();
+  static_assert(kOuter % kTile == 0);
+  for (int64_t t0 = 0; t0 < a.n_tok; t0 += kOuter) {
+    const int nt = a.n_tok - t0 < kOuter ? static_cast<int>(a.n_tok - t0) : kOuter;
+    const uint8_t* xr[kOuter];
     for (int k = 0; k < nt; ++k) xr[k] = a.x + (a.x_rows ? a.x_rows[t0 + k] : t0 + k) * a.x_stride;
     int64_t gi = a.g_begin;  // Ops with 512-bit kernels take the full pairs of groups first
-    if constexpr (Ops::kPairs) gi = Ops::template pairs<kW, kTile>(a, t0, nt, xr);
+    if constexpr (Ops::kPairs) gi = Ops::template pairs<kW>(a, t0, nt, xr);
     for (; gi < a.g_end; ++gi) {
       const uint8_t* g = a.w + gi * a.group_bytes;
-      __m256 acc[kTile];
-      for (int k = 0; k < kTile; ++k) acc[k] = _mm256_setzero_ps();
-      switch (nt) {
-        case 1: group<Ops, 1, kW>(g, a.n_blocks, xr, acc); break;
-        case 2: group<Ops, 2, kW>(g, a.n_blocks, xr, acc); break;
-        case 3: group<Ops, 3, kW>(g, a.n_blocks, xr, acc); break;
-        default: group<Ops, 4, kW>(g, a.n_blocks, xr, acc); break;
-      }
       const int64_t r0 = gi * kRepackRows;
       const int64_t valid = a.n_rows - r0 < kRepackRows ? a.n_rows - r0 : kRepackRows;
-      for (int k = 0; k < nt; ++k) {
-        float* y = a.y + (t0 + k) * a.ldy + (r0 - a.y_col0);
-        if (valid == kRepackRows) {
-          _mm256_storeu_ps(y, acc[k]);
-        } else {
-          alignas(32) float tmp[kRepackRows];
-          _mm256_store_ps(tmp, acc[k]);
-          for (int64_t r = 0; r < valid; ++r) y[r] = tmp[r];
+      for (int s0 = 0; s0 < nt; s0 += kTile) {
+        const int ns = nt - s0 < kTile ? nt - s0 : kTile;
+        __m256 acc[kTile];
+        for (int k = 0; k < kTile; ++k) acc[k] = _mm256_setzero_ps();
+        switch (ns) {
+          case 1: group<Ops, 1, kW>(g, a.n_blocks, xr + s0, acc); break;
+          case 2: group<Ops, 2, kW>(g, a.n_blocks, xr + s0, acc); break;
+          case 3: group<Ops, 3, kW>(g, a.n_blocks, xr + s0, acc); break;
+          default: group<Ops, 4, kW>(g, a.n_blocks, xr + s0, acc); break;
+        }
+        for (int k = 0; k < ns; ++k) {
+          float* y = a.y + (t0 + s0 + k) * a.ldy + (r0 - a.y_col0);
+          if (valid == kRepackRows) {
+            _mm256_storeu_ps(y, acc[k]);
+          } else {
+            alignas(32) float tmp[kRepackRows];
+            _mm256_store_ps(tmp, acc[k]);
+            for (int64_t r = 0; r < valid; ++r) y[r] = tmp[r];
+          }
         }
       }
     }

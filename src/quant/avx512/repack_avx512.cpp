@@ -14,10 +14,10 @@ struct OpsRepackVnni {
   static constexpr bool kVnni = true;
   static __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
   static constexpr bool kPairs = true;
-  template <Type kW, int kMaxTile>
+  static constexpr int kPairTile = x16k::kTile;  // tokens per tile of the pair kernels
+  template <Type kW>
   static int64_t pairs(const RepackArgs& a, int64_t t0, int nt, const uint8_t* const* xr) {
-    static_assert(kMaxTile == 4, "x16k::pairs dispatches 1..4 tokens");
-    return x16k::pairs<kW, kMaxTile>(a, t0, nt, xr);
+    return x16k::pairs<kW>(a, t0, nt, xr);
   }
 };
 }  // namespace

@@ -191,6 +191,14 @@ template <Type kW>
 constexpr bool kHas =
     kW == Type::Q4_0 || kW == Type::Q8_0 || kW == Type::Q4_K || kW == Type::Q5_K || kW == Type::Q6_K;
 
+// Tokens per tile of the pair kernels: 8, so that a weight decode and the scale loads serve 8 tokens (measured on
+// Zen 4 against tiles of 4: 2048x2048 and 512x2048, 16 tokens at two threads 1.11-1.24x for Q4_0, Q8_0, Q4_K; 64
+// tokens at one thread 1.03-1.07x). Q6_K's four sums per token would take 4 x 8 of the 32 zmm registers, so it
+// runs a tile as sub-tiles of 4 (kSub).
+constexpr int kTile = 8;
+template <Type kW>
+constexpr int kSub = kW == Type::Q6_K ? 4 : kTile;
+
 template <Type kW, int NT>
 void pair(const uint8_t* g0, const uint8_t* g1, int64_t nb, const uint8_t* const* xr, __m512* acc) {
   if constexpr (kW == Type::Q4_0) q4_0<NT>(g0, g1, nb, xr, acc);
@@ -200,9 +208,19 @@ void pair(const uint8_t* g0, const uint8_t* g1, int64_t nb, const uint8_t* const
   else q6_k<NT>(g0, g1, nb, xr, acc);
 }
 
-// The full pairs of groups from a.g_begin on, for the nt (<= kMaxTile) tokens of one tile starting at token t0;
+template <Type kW, int NT>
+void pair_tile(const uint8_t* g0, const uint8_t* g1, int64_t nb, const uint8_t* const* xr, __m512* acc) {
+  if constexpr (NT > kSub<kW>) {
+    pair<kW, kSub<kW>>(g0, g1, nb, xr, acc);
+    pair_tile<kW, NT - kSub<kW>>(g0, g1, nb, xr + kSub<kW>, acc + kSub<kW>);
+  } else {
+    pair<kW, NT>(g0, g1, nb, xr, acc);
+  }
+}
+
+// The full pairs of groups from a.g_begin on, for the nt (<= kTile) tokens of one tile starting at token t0;
 // returns the first group left to the 256-bit kernel (an odd last group, or one with rows past n_rows).
-template <Type kW, int kMaxTile>
+template <Type kW>
 int64_t pairs(const RepackArgs& a, int64_t t0, int nt, const uint8_t* const* xr) {
   int64_t gi = a.g_begin;
   // One token (decode): the 256-bit kernel over one group at a time is faster (measured on Zen 4, 2048x2048 and
@@ -212,15 +230,20 @@ int64_t pairs(const RepackArgs& a, int64_t t0, int nt, const uint8_t* const* xr)
   // three tokens the pairs tie or win at two threads (docs/BENCHMARKS.md, "AVX-512 pairs at 2-4 tokens").
   if (nt == 1 || (nt == 2 && kW != Type::Q8_0)) return gi;
   if constexpr (kHas<kW>) {
+    const int64_t nb = a.n_blocks;
     for (; gi + 1 < a.g_end && (gi + 2) * kRepackRows <= a.n_rows; gi += 2) {
       const uint8_t* g0 = a.w + gi * a.group_bytes;
-      __m512 acc[kMaxTile];
-      for (int k = 0; k < kMaxTile; ++k) acc[k] = _mm512_setzero_ps();
+      const uint8_t* g1 = g0 + a.group_bytes;
+      __m512 acc[kTile];
+      for (int k = 0; k < kTile; ++k) acc[k] = _mm512_setzero_ps();
       switch (nt) {
-        case 1: pair<kW, 1>(g0, g0 + a.group_bytes, a.n_blocks, xr, acc); break;
-        case 2: pair<kW, 2>(g0, g0 + a.group_bytes, a.n_blocks, xr, acc); break;
-        case 3: pair<kW, 3>(g0, g0 + a.group_bytes, a.n_blocks, xr, acc); break;
-        default: pair<kW, 4>(g0, g0 + a.group_bytes, a.n_blocks, xr, acc); break;
+        case 2: pair_tile<kW, 2>(g0, g1, nb, xr, acc); break;
+        case 3: pair_tile<kW, 3>(g0, g1, nb, xr, acc); break;
+        case 4: pair_tile<kW, 4>(g0, g1, nb, xr, acc); break;
+        case 5: pair_tile<kW, 5>(g0, g1, nb, xr, acc); break;
+        case 6: pair_tile<kW, 6>(g0, g1, nb, xr, acc); break;
+        case 7: pair_tile<kW, 7>(g0, g1, nb, xr, acc); break;
+        default: pair_tile<kW, 8>(g0, g1, nb, xr, acc); break;
       }
       for (int k = 0; k < nt; ++k) _mm512_storeu_ps(a.y + (t0 + k) * a.ldy + (gi * kRepackRows - a.y_col0), acc[k]);
     }
