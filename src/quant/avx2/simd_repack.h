@@ -201,7 +201,6 @@ void k4(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
 
 // ---- Q6_K: for half h and piece k, four vectors a/b/c/d (elements 128h + 32q + 4k + i, q = 0..3) of values to
 // 63; each maddubs is widened at once by madd with its 16-element sub-block's scale (pairs <= 2 * 63 * 127).
-// The -32 offset: sc_j * (-16 bsum_j) twice per lane, so every int16 stays in range (16 * 2032 < 32768).
 // Piece k of half h of one Q6_K block: the four vectors of 6-bit values (0..63) for quarters q = 0..3, and the
 // prefetch of this step's share of the block two ahead.
 inline void q6_k_piece(const uint8_t* g, int h, int k, __m256i v[4]) {
@@ -231,17 +230,27 @@ inline __m256i q6_k_quarter(const uint8_t* g, int h, int k, int q) {
 template <class Ops, int NT>
 void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
   for (int64_t b = 0; b < nb; ++b, g += x8::kQ6_K_block) {
+    // The -32 offset for all 16 sub-blocks first: madd of the scale pairs (sc_j, sc_j+1) of each row with the
+    // token's (bsum_j, bsum_j+1), which sit side by side in Q8_K (one broadcast 4-byte load; the int32 pair sums
+    // stay below 2 * 128 * 2048), times -32 once: isum starts at -32 * sum_j sc_j * bsum_j.
     __m256i isum[NT];
     for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    for (int j = 0; j < 16; j += 2) {
+      const __m256i sp = _mm256_cvtepi8_epi16(
+          _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + x8::kQ6_K_sc + 8 * j)),
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + x8::kQ6_K_sc + 8 * j + 8))));
+      for (int t = 0; t < NT; ++t)
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(sp, bcast4(reinterpret_cast<const BlockQ8_K*>(xr[t])[b].bsums + j)));
+    }
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(isum[t], 5));
     if constexpr (Ops::kVnni) {
-      // VNNI (32 registers): each quarter's 4 pieces summed by dpbusd into an int32 lane per row that starts at
-      // -32 * bsum_j, so one multiply by the sub-block's scale gives sc_j * (sum q*x - 32 * bsum_j).
+      // VNNI (32 registers): each quarter's 4 pieces summed by dpbusd into an int32 lane per row, then one
+      // multiply by the sub-block's scale.
       for (int h = 0; h < 2; ++h)
         for (int kh = 0; kh < 2; ++kh) {
           __m256i s[4][NT];
           for (int q = 0; q < 4; ++q)
-            for (int t = 0; t < NT; ++t)
-              s[q][t] = _mm256_set1_epi32(-32 * reinterpret_cast<const BlockQ8_K*>(xr[t])[b].bsums[8 * h + 2 * q + kh]);
+            for (int t = 0; t < NT; ++t) s[q][t] = _mm256_setzero_si256();
           for (int k = 4 * kh; k < 4 * kh + 4; ++k) {
             __m256i v[4];
             q6_k_piece(g, h, k, v);
@@ -257,20 +266,6 @@ void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
           }
         }
     } else {
-      // The offset for all 16 sub-blocks first: madd of the scale pairs (sc_j, sc_j+1) of each row with
-      // (-16 bsum_j, -16 bsum_j+1) (-32 bsum could leave int16), doubled once at the end.
-      __m256i off[NT];
-      for (int t = 0; t < NT; ++t) off[t] = _mm256_setzero_si256();
-      for (int j = 0; j < 16; j += 2) {
-        const __m256i sp = _mm256_cvtepi8_epi16(
-            _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + x8::kQ6_K_sc + 8 * j)),
-                              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + x8::kQ6_K_sc + 8 * j + 8))));
-        for (int t = 0; t < NT; ++t) {
-          const int16_t* bsums = reinterpret_cast<const BlockQ8_K*>(xr[t])[b].bsums;
-          off[t] = _mm256_add_epi32(off[t], _mm256_madd_epi16(sp, pair16(-16 * bsums[j], -16 * bsums[j + 1])));
-        }
-      }
-      for (int t = 0; t < NT; ++t) isum[t] = _mm256_slli_epi32(off[t], 1);
       for (int h = 0; h < 2; ++h)
         for (int kh = 0; kh < 2; ++kh) {
           __m256i sc[4];
