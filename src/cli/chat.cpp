@@ -86,7 +86,7 @@ json load_tools(const std::string& path) {
   if (!tools.is_array() || tools.empty()) fail("--tools %s: expected a non-empty JSON array of tools", path.c_str());
   for (size_t i = 0; i < tools.size(); ++i) {
     const json& t = tools[i];
-    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object() ||
+    if (!t.is_object() || !(t.contains("type") && t["type"] == "function") || !t.contains("function") || !t["function"].is_object() ||
         !t["function"].contains("name") || !t["function"]["name"].is_string() ||
         t["function"]["name"].get<std::string>().empty())
       fail("--tools %s: [%zu]: expected {\"type\": \"function\", \"function\": {\"name\": ...}}", path.c_str(), i);

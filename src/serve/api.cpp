@@ -233,7 +233,7 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
       bad_value(where + ".content", "a tool message needs content");
     if (m.contains("content") && m["content"].is_array())
       for (const json& part : m["content"])
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        if (!part.is_object() || !(part.contains("type") && part["type"] == "text") || !part.contains("text") || !part["text"].is_string())
           api_fail(400, where + ".content", "unsupported_content",
                    "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
     messages.push_back(std::move(copy));
@@ -244,7 +244,7 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
     for (size_t i = 0; i < b["tools"].size(); ++i) {
       const json& t = b["tools"][i];
       const std::string w = strf("tools[%zu]", i);
-      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+      if (!t.is_object() || !(t.contains("type") && t["type"] == "function") || !t.contains("function") || !t["function"].is_object())
         bad_value(w, "expected {\"type\": \"function\", \"function\": {...}}");
       const json& f = t["function"];
       if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())

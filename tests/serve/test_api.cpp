@@ -169,3 +169,33 @@ TEST(Api, DeeplyNestedBodyIsRefused) {
     }
   }
 }
+
+// A "type" field that is not a string (an object, a number) is a 400 naming the field, not an uncaught
+// nlohmann type_error (fuzz/fuzz_api.cpp found a tool whose "type" was an object; fuzz/seeds/api keeps it).
+TEST(Api, NonStringTypeFieldsAreA400) {
+  Glm g("glm-4.7.jinja");
+  const json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
+  const json fn = {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}};
+  struct Bad {
+    json body;
+    std::string param;
+  };
+  const std::vector<Bad> bad = {
+      {{{"messages", msgs}, {"tools", json::array({{{"type", {{"name", "x"}}}, {"function", fn}}})}}, "tools[0]"},
+      {{{"messages", msgs}, {"tools", json::array({{{"type", 7}, {"function", fn}}})}}, "tools[0]"},
+      {{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", json::array()}, {"text", "hi"}}})}}})}},
+       "messages[0].content"},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.body.dump());
+    try {
+      g.parse(b.body);
+      ADD_FAILURE() << "accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(e.param, b.param);
+    }
+  }
+  // The well-formed tool is accepted (the test above is about the field's type, not the tool).
+  EXPECT_NO_THROW(g.parse({{"messages", msgs}, {"tools", json::array({{{"type", "function"}, {"function", fn}}})}}));
+}
