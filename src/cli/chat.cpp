@@ -84,13 +84,9 @@ json load_tools(const std::string& path) {
   json tools = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
   if (tools.is_discarded()) fail("--tools %s: not valid JSON", path.c_str());
   if (!tools.is_array() || tools.empty()) fail("--tools %s: expected a non-empty JSON array of tools", path.c_str());
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const json& t = tools[i];
-    if (!t.is_object() || !(t.contains("type") && t["type"] == "function") || !t.contains("function") || !t["function"].is_object() ||
-        !t["function"].contains("name") || !t["function"]["name"].is_string() ||
-        t["function"]["name"].get<std::string>().empty())
-      fail("--tools %s: [%zu]: expected {\"type\": \"function\", \"function\": {\"name\": ...}}", path.c_str(), i);
-  }
+  for (size_t i = 0; i < tools.size(); ++i)
+    if (const auto e = serve::check_tool_definition(tools[i]))
+      fail("--tools %s: [%zu]%s: expected %s", path.c_str(), i, e->field.c_str(), e->expected.c_str());
   return tools;
 }
 

@@ -242,15 +242,8 @@ ParsedRequest parse_chat_request(const json& b, const ApiContext& ctx) {
   if (present(b, "tools")) {
     if (!b["tools"].is_array()) bad_value("tools", "expected an array of tools");
     for (size_t i = 0; i < b["tools"].size(); ++i) {
-      const json& t = b["tools"][i];
-      const std::string w = strf("tools[%zu]", i);
-      if (!t.is_object() || !(t.contains("type") && t["type"] == "function") || !t.contains("function") || !t["function"].is_object())
-        bad_value(w, "expected {\"type\": \"function\", \"function\": {...}}");
-      const json& f = t["function"];
-      if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
-        bad_value(w + ".function.name", "expected a non-empty string");
-      if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
-        bad_value(w + ".function.parameters", "expected a JSON schema object");
+      if (const auto e = check_tool_definition(b["tools"][i]))
+        bad_value(strf("tools[%zu]", i) + e->field, "expected " + e->expected);
     }
     if (!b["tools"].empty()) tools = b["tools"];
   }

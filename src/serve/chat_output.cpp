@@ -157,6 +157,19 @@ ForcedCall forced_tool_call(ToolCallFormat f, bool think_open, const std::string
   return fc;
 }
 
+std::optional<ToolDefinitionError> check_tool_definition(const json& t) {
+  // Compare the values themselves: json::value("type", "") throws when the key holds an object or a number.
+  if (!t.is_object() || !(t.contains("type") && t["type"] == "function") || !t.contains("function") ||
+      !t["function"].is_object())
+    return ToolDefinitionError{"", "{\"type\": \"function\", \"function\": {...}}"};
+  const json& f = t["function"];
+  if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
+    return ToolDefinitionError{".function.name", "a non-empty string"};
+  if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
+    return ToolDefinitionError{".function.parameters", "a JSON schema object"};
+  return std::nullopt;
+}
+
 std::vector<ToolCall> parse_tool_calls(const std::string& text, const json& tools, std::string* rest,
                                        ToolCallFormat format) {
   std::vector<ToolCall> calls;

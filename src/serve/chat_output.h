@@ -8,6 +8,7 @@
 // they are and everything else with tojson). Tags split across pieces are held back until they are complete.
 // Non-goals: other dialects (Hermes JSON, ...), streaming a call's arguments before the call is complete.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,14 @@ class ChatOutputSplitter {
   std::string buf_;        // text not yet classified
   std::string tool_text_;  // from the first <tool_call> on
 };
+
+// What is wrong with one OpenAI tool definition ({"type": "function", "function": {"name": NON-EMPTY, "parameters":
+// SCHEMA-OBJECT?}}), the server's and `tern chat --tools`' one check: empty when nothing; else the field below the
+// tool ("", ".function.name", ".function.parameters") and what was expected. Any JSON value may be passed.
+struct ToolDefinitionError {
+  std::string field, expected;
+};
+std::optional<ToolDefinitionError> check_tool_definition(const nlohmann::ordered_json& tool);
 
 // Parses every <tool_call> block of `text`; text outside blocks (and blocks that do not parse) is appended to
 // *rest. tools: the request's tool definitions, for parameter types. Qwen blocks need a function name (an

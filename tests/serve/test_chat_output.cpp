@@ -379,3 +379,29 @@ TEST(ChatOutputGlm, ForcedCall) {
   EXPECT_EQ(qwen.text, "\n</think>\n\n<tool_call>\n<function=");
   EXPECT_EQ(qwen.choice, (std::vector<std::string>{"get_weather>\n"}));
 }
+
+// The one check of an OpenAI tool definition (server and `tern chat --tools`): any JSON value, never a throw.
+TEST(ToolDefinition, EveryMalformedShapeNamesItsField) {
+  const json fn = {{"name", "f"}, {"parameters", {{"type", "object"}}}};
+  EXPECT_FALSE(check_tool_definition({{"type", "function"}, {"function", fn}}));
+  EXPECT_FALSE(check_tool_definition({{"type", "function"}, {"function", {{"name", "f"}, {"parameters", nullptr}}}}));
+  const std::vector<std::pair<json, std::string>> bad = {
+      {json::array(), ""}, {7, ""}, {nullptr, ""},
+      {{{"function", fn}}, ""},                                  // no type
+      {{{"type", {{"name", "x"}}}, {"function", fn}}, ""},       // type an object
+      {{{"type", 7}, {"function", fn}}, ""},                     // type a number
+      {{{"type", "retrieval"}, {"function", fn}}, ""},           // another type
+      {{{"type", "function"}}, ""},                              // no function
+      {{{"type", "function"}, {"function", "f"}}, ""},           // function not an object
+      {{{"type", "function"}, {"function", json::object()}}, ".function.name"},
+      {{{"type", "function"}, {"function", {{"name", ""}}}}, ".function.name"},
+      {{{"type", "function"}, {"function", {{"name", 3}}}}, ".function.name"},
+      {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::array({1})}}}}, ".function.parameters"},
+  };
+  for (const auto& [tool, field] : bad) {
+    const auto e = check_tool_definition(tool);
+    ASSERT_TRUE(e) << tool.dump();
+    EXPECT_EQ(e->field, field) << tool.dump();
+    EXPECT_FALSE(e->expected.empty());
+  }
+}

@@ -65,7 +65,9 @@ TEST(PrefixTree, MatchesBruteForceUnderRandomInsertsAndErases) {
     const int* f = tree.find(k);
     auto it = ref.find(k);
     ASSERT_EQ(f != nullptr, it != ref.end()) << "step " << step;
-    if (f) ASSERT_EQ(*f, it->second);
+    if (f) {
+      ASSERT_EQ(*f, it->second);
+    }
     ASSERT_EQ(tree.size(), ref.size());
     ASSERT_LE(tree.nodes(), 2 * tree.size()) << "merged nodes are not left behind";
   }

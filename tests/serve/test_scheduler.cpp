@@ -310,7 +310,9 @@ TEST(Scheduler, FollowUpChatTurnResumesAtTheAnswerEnd) {
     ASSERT_GT(p2.gen.prompt.size(), fed.size() + 1);
     ASSERT_TRUE(std::equal(p1.gen.prompt.begin(), p1.gen.prompt.end(), p2.gen.prompt.begin()))
         << "turn 2 does not extend turn 1's prompt";
-    if (thinking) ASSERT_EQ(t1.text.find("</think>"), std::string::npos) << "premise: the think block stays open";
+    if (thinking) {
+      ASSERT_EQ(t1.text.find("</think>"), std::string::npos) << "premise: the think block stays open";
+    }
     const bool at_answer_end = !thinking;
     EXPECT_EQ(std::equal(fed.begin(), fed.end(), p2.gen.prompt.begin()), at_answer_end);
     auto c2 = cached.submit(p2.gen);

@@ -72,6 +72,14 @@ bad run -m "$FIX/nonexistent.gguf" -p hi
 bad tokenize -m "$M"
 bad run --chat -p hi --chat-template-kwargs "[1]" -c 256
 bad run -m "$M" -p "$(printf 'a long prompt %.0s' $(seq 1 40))" -n 4 -c 16
+# chat --tools: a tool whose "type" is an object (nlohmann's value() would throw), one whose name is empty, one whose
+# parameters are not a schema object: one error line naming the tool and the field.
+printf '[{"type": {"name": "x"}, "function": {"name": "f"}}]' >"$tmp/tools_type.json"
+printf '[{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": ""}}]' >"$tmp/tools_name.json"
+printf '[{"type": "function", "function": {"name": "f", "parameters": [1]}}]' >"$tmp/tools_params.json"
+for t in type name params; do bad chat -m "$M" -c 256 --tools "$tmp/tools_$t.json" </dev/null; done
+"$TERN" chat -m "$M" -c 256 --tools "$tmp/tools_name.json" </dev/null >/dev/null 2>"$tmp/e"
+check "chat --tools names the tool and field" 'grep -q "\[1\]\.function\.name: expected a non-empty string" "$tmp/e"'
 
 echo "$fails failed"
 [ $fails -eq 0 ]
