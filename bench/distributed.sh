@@ -3,8 +3,9 @@
 #  1. tern_comm_bench: the collectives' cost per message size, 2 and 3 ranks, over shared memory (Open MPI's
 #     default on one machine) and over TCP on the loopback of a private network namespace, with and without a tbf
 #     rate limit of 10 and 100 Gbit/s (this kernel has no netem, so no added delay: latency is the TCP stack's).
-#  2. tern bench decode and prefill on MODEL: one process at 1 and 2 threads, 2 ranks x 1 thread (rows split and
-#     --expert-parallel), 3 ranks x 1 thread (oversubscribed), and 2 ranks over TCP (free, 10 and 100 Gbit/s), with
+#  2. tern bench decode and prefill on MODEL: one process at 1 and 2 threads, 2 ranks x 1 thread (rows split,
+#     --expert-parallel and --partial-sums), 3 ranks x 1 thread (oversubscribed), and 2 ranks over TCP (free, 10 and
+#     100 Gbit/s; gathers and --partial-sums), with
 #     --profile's comm.* rows (time in collectives per token, waiting for the slowest rank included).
 # Needs root (ip netns, tc). The namespace is created and removed here. Run on a quiet machine.
 # usage: bash bench/distributed.sh MODEL.gguf [BUILD_DIR]
@@ -49,8 +50,10 @@ run "one process, -t 1" "-t 1" env
 run "one process, -t 2" "-t 2" env
 run "2 ranks x -t 1, shared memory" "-t 1" "${mpi[@]}" -np 2
 run "2 ranks x -t 1, shared memory, --expert-parallel" "-t 1 --expert-parallel" "${mpi[@]}" -np 2
+run "2 ranks x -t 1, shared memory, --partial-sums" "-t 1 --partial-sums" "${mpi[@]}" -np 2
 run "3 ranks x -t 1 (oversubscribed), shared memory" "-t 1" "${mpi[@]}" -np 3
 for r in none 10gbit 100gbit; do
   rate $r
   run "2 ranks x -t 1, TCP loopback, limit $r" "-t 1" inns "${mpi[@]}" "${tcp[@]}" -np 2
+  run "2 ranks x -t 1, TCP loopback, limit $r, --partial-sums" "-t 1 --partial-sums" inns "${mpi[@]}" "${tcp[@]}" -np 2
 done

@@ -139,8 +139,8 @@ def main() -> None:
     ap.add_argument("--nodes", default="1,2,4,8,16")
     ap.add_argument("--expert-parallel", action="store_true", help="whole experts per rank instead of rows")
     ap.add_argument("--partial-sums", action="store_true",
-                    help="not built: out projections and expert downs by columns, one sum over ranks per block "
-                         "(2 collectives a layer instead of 4; sums in a new order, so not bit-exact)")
+                    help="tern --partial-sums: out projections and expert downs by columns, one sum over ranks per "
+                         "block (2 collectives a layer instead of 4; sums in a new order, so not bit-exact)")
     ap.add_argument("--alpha-us", type=float, default=0, help="override every network's latency per step (us)")
     args = ap.parse_args()
     if args.alpha_us > 0:

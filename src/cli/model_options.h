@@ -58,6 +58,10 @@ inline void add_engine_options(CLI::App& app, runtime::EngineOptions& o, ModelAr
   app.add_flag("--expert-parallel", o.expert_parallel,
                "Under mpirun: each rank holds whole experts, 1/N of them, and a layer's output is summed over ranks "
                "(default: each rank holds 1/N of the rows of every expert: balanced at batch 1, exact)");
+  app.add_flag("--partial-sums", o.partial_sums,
+               "Under mpirun: each rank holds its heads' (its expert rows') columns of the out projections and downs, "
+               "and each block's output is summed over ranks: 2 collectives a layer instead of 4, not bit-identical to "
+               "one process (default: values gathered, exact)");
 }
 
 // Speculative decoding with the model's MTP block (commands that generate: run, chat, serve, bench).

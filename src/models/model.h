@@ -113,6 +113,11 @@ struct SplitOptions {
   // of copies of this rank's rows gathered at start: for --mem-budget / --expert-cache across ranks. Such experts
   // are not repacked at load (streamed ones are as they are read).
   bool experts_in_file = false;
+  // Out projections split by columns instead of rows (blocks/tensor_split.h, MoeSplit): each rank multiplies its heads'
+  // (its SwiGLU rows') activations by its columns of the attention / DeltaNet out projection and of every down, and
+  // each block's output is one sum over ranks: 2 collectives a layer instead of 4, not one process's bits. Blocks
+  // whose columns do not split on the weight type's block boundaries, and streamed experts, keep the row split.
+  bool partial_sums = false;
 };
 
 class ModelShape {

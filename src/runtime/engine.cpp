@@ -134,6 +134,9 @@ Engine::Engine(const EngineOptions& o) {
   if (comm.size() > 1) {
     distribute(comm, o, budget);
     share = model_->rank_shape(comm.size());
+  } else if (o.expert_parallel || o.partial_sums) {
+    log::info("%s: one process, nothing is split (it applies under mpirun)",
+              o.expert_parallel ? "--expert-parallel" : "--partial-sums");
   }
   const models::ModelShape& held = share ? *share : static_cast<const models::ModelShape&>(*model_);
   if (o.n_parallel < 0) fail("--parallel must be >= 1 or auto (got %d)", o.n_parallel);
@@ -240,6 +243,7 @@ void Engine::distribute(Comm& comm, const EngineOptions& o, uint64_t budget) {
            static_cast<unsigned long long>(all[0]), static_cast<unsigned long long>(all[1]), o.model_path.c_str());
   models::SplitOptions split;
   split.whole_experts = o.expert_parallel;
+  split.partial_sums = o.partial_sums;
   // With a memory budget the experts may be streamed: each rank then reads its rows of them from the file.
   split.experts_in_file = budget > 0 || o.expert_cache > 0;
   model_->distribute(comm, split);

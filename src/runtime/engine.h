@@ -30,6 +30,7 @@ struct EngineOptions {
   bool stats = false;          // --stats: print expert-cache counters and memory use when the engine ends
   bool no_repack = false;      // --no-repack: compute from the file's layout (else matrices are repacked at load)
   bool expert_parallel = false;  // --expert-parallel: across ranks, whole experts per rank (else rows of every expert)
+  bool partial_sums = false;     // --partial-sums: across ranks, out projections by columns, outputs summed over ranks
   int draft = -1;              // --draft N: most tokens the MTP block drafts per step (-1: 3 when the file has one)
   float draft_min_p = 0.0f;    // --draft-min-p P: a draft chain stops at a token below this probability
   bool no_spec = false;        // --no-spec: no speculative decoding

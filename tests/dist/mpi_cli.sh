@@ -44,6 +44,19 @@ for np in 2 3; do
   fi
 done
 
+# 1a'. --partial-sums: the out projections and downs by columns, each block's output summed over ranks. Not one
+# process's bits (sums in a new order), so the text is not compared; the job runs, says so once, and writes text.
+for np in 2 3; do
+  if ! mpi -np $np "$tern" run -m "$bundled" -p "The old lighthouse keeper" -n 24 --temp 0 -t 1 --partial-sums \
+      >"$work/many" 2>"$work/err"; then
+    echo "FAIL --partial-sums, $np ranks: exit status $?"; tail -5 "$work/err"; fails=$((fails + 1))
+  elif ! grep -q "by columns and summed" "$work/err" || [ ! -s "$work/many" ]; then
+    echo "FAIL --partial-sums, $np ranks: no text, or no log line saying the split"; tail -5 "$work/err"; fails=$((fails + 1))
+  else
+    echo "ok   --partial-sums, $np ranks: $(grep -m1 -o 'across.*summed[^;]*' "$work/err")"
+  fi
+done
+
 # 1b. Chat: rank 0 reads the messages (mpirun gives stdin to rank 0) and every rank runs the turns: the same
 # answers as one process (colour codes stripped: under mpirun rank 0's stdout is a terminal), greedy and sampled.
 chat_in=$'Hello! Who are you?\nTell me a story about a cat.\n/reset\nWhat is 2 + 2?\n/exit\n'

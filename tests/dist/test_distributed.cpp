@@ -7,7 +7,9 @@
 // ranks and never sums them in a new order: the logits must be one process's bits. Expert parallel (whole experts
 // per rank, --expert-parallel) sums each layer's FFN output over ranks in rank order instead of in one top-k order
 // (the same float terms, associated differently, ~1e-7 relative per layer): every row within 1e-4 * (1 + max|logit|)
-// for exact weights; quantized weights have a looser bound (see expect_close).
+// for exact weights; quantized weights have a looser bound (see expect_close). Partial sums (--partial-sums: the out
+// projections and downs split by columns, each block's output summed over ranks) split every such dot product into
+// per-rank pieces added in rank order: the same tolerances, for the same reason.
 //
 // Collectives must be called by every rank in the same order: checks here are EXPECTs (no early return) so that a
 // failing rank still reaches the next collective; ctest's timeout guards against a hang.
@@ -99,11 +101,12 @@ struct Pair {
   // slots > 0: the split model streams its routed experts through that many slots per layer, reading its rows of
   // them from the file (SplitOptions::experts_in_file) and repacking them as read; the one-process model maps them,
   // repacked at load (kAll), as streamed experts are (the file-layout kernels may round K-quants differently).
-  Pair(const fs::path& file, RepackScope scope, bool whole_experts = false, int64_t slots = 0) {
+  Pair(const fs::path& file, RepackScope scope, bool whole_experts = false, int64_t slots = 0, bool partial_sums = false) {
     split = models::load_model(file.string());
     whole = models::load_model(file.string());
     models::SplitOptions opt;
     opt.whole_experts = whole_experts;
+    opt.partial_sums = partial_sums;
     opt.experts_in_file = slots > 0;
     split->distribute(world(), opt);
     whole->distribute(*local);
@@ -123,13 +126,19 @@ struct Case {
   std::string quant = "";      // quantized file: its llama.cpp reference's type name
   bool whole_experts = false;  // expert parallel (summed over ranks) instead of experts split by rows (exact)
   bool narrow = false;         // experts too narrow to split by rows: whole experts per rank, as whole_experts
+  bool partial_sums = false;   // out projections and downs by columns, summed over ranks (tolerance)
 };
 Case make(std::string preset, std::string file, RepackScope scope = RepackScope::kAll, std::string quant = "",
-          bool whole_experts = false, bool narrow = false) {
-  return {std::move(preset), std::move(file), scope, std::move(quant), whole_experts, narrow};
+          bool whole_experts = false, bool narrow = false, bool partial_sums = false) {
+  return {std::move(preset), std::move(file), scope, std::move(quant), whole_experts, narrow, partial_sums};
+}
+Case partial(Case c) {
+  c.partial_sums = true;
+  return c;
 }
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.file << (c.scope == RepackScope::kAll ? " repacked" : "") << (c.whole_experts ? " expert-parallel" : "");
+  *os << c.file << (c.scope == RepackScope::kAll ? " repacked" : "") << (c.whole_experts ? " expert-parallel" : "")
+      << (c.partial_sums ? " partial-sums" : "");
 }
 
 class Distributed : public ::testing::TestWithParam<Case> {};
@@ -137,7 +146,7 @@ class Distributed : public ::testing::TestWithParam<Case> {};
 // Teacher-forced logits of every fixture prompt and a greedy continuation: split vs one process vs transformers.
 TEST_P(Distributed, MatchesOneProcessAndTransformers) {
   const Case& c = GetParam();
-  Pair p(c.preset.empty() ? kBundled : kModels / c.file, c.scope, c.whole_experts);
+  Pair p(c.preset.empty() ? kBundled : kModels / c.file, c.scope, c.whole_experts, 0, c.partial_sums);
   const int64_t V = p.whole->info().n_vocab;
   auto teacher_forced = [&](models::Model& m, const std::vector<int32_t>& toks) {
     auto st = p.state(m);
@@ -164,7 +173,7 @@ TEST_P(Distributed, MatchesOneProcessAndTransformers) {
     // Split heads, experts and dense FFNs split by rows move values without summing them: the logits are then one
     // process's bits exactly. Only whole experts per rank (expert parallel) sum a layer's output over ranks, and get
     // the tolerance above.
-    if (!(c.whole_experts || c.narrow) || p.whole->info().n_expert == 0) {
+    if (!(c.whole_experts || c.narrow || c.partial_sums) || (p.whole->info().n_expert == 0 && !c.partial_sums)) {
       EXPECT_EQ(got, want) << c.file << " " << pr.name << ": split vs one process, bit for bit";
     }
   }
@@ -213,9 +222,45 @@ std::vector<Case> cases() {
   cs.push_back(make("q24t-shape", "q24t-shape.f16.gguf", RepackScope::kAll, "", false, true));  // qwen3next: grouped value heads, fused beta/alpha
   cs.push_back(make("", "tern-tiny-q35moe.gguf", RepackScope::kAll));
   cs.push_back(make("", "tern-tiny-q35moe.gguf", RepackScope::kNone));
+  // Partial sums: the out projections and downs by columns, summed over ranks (tolerance).
+  for (RepackScope s : {RepackScope::kAll, RepackScope::kNone}) {
+    cs.push_back(partial(make("q35-ratio", "q35-ratio.f16.gguf", s)));
+    cs.push_back(partial(make("dense-tiny", "dense-tiny.f16.gguf", s)));
+  }
+  cs.push_back(partial(make("q35-ratio", "q35-ratio.q4_k_m.gguf", RepackScope::kAll, "q4_k_m")));
+  cs.push_back(partial(make("q35-ratio", "q35-ratio.q4_0.gguf", RepackScope::kAll, "q4_0")));
+  cs.push_back(partial(make("q35-ratio", "q35-ratio.q4_0.gguf", RepackScope::kAll, "q4_0", true)));  // with expert parallel
+  cs.push_back(partial(make("next-tiny", "next-tiny.f16.gguf", RepackScope::kAll)));
+  cs.push_back(partial(make("", "tern-tiny-q35moe.gguf", RepackScope::kAll)));
   return cs;
 }
 INSTANTIATE_TEST_SUITE_P(Fixtures, Distributed, ::testing::ValuesIn(cases()));
+
+// Partial sums are there to cut the collectives: one per block instead of two (the gathers of the heads and of the
+// output rows, or of the SwiGLU rows and of the output rows, become one sum). Counted on the bundled model for one
+// forward of a prompt (its blocks split on its types' blocks at 2 and 3 ranks: asserted by the count).
+TEST(DistributedPartialSums, OneCollectivePerBlock) {
+  if (world().size() == 1) GTEST_SKIP() << "one rank: nothing is split";
+  int64_t calls[2];
+  for (int i = 0; i < 2; ++i) {
+    Pair p(kBundled, RepackScope::kAll, false, 0, i == 1);
+    auto st = p.state(*p.split);
+    std::vector<SeqInput> b(1);
+    b[0] = {st.get(), {1, 2, 3, 4, 5}, false};
+    world().reset_stats();
+    p.split->forward(b);
+    calls[i] = world().stats().calls;
+  }
+  const int64_t n_layer = models::load_model(kBundled.string())->info().n_layer;
+  // Split heads (2 ranks: both mixers; 3 ranks: neither, they run whole) and experts by rows: 4 or 2 gathers a
+  // layer, and the logits' gather; partial sums: half as many a layer.
+  const int64_t per_layer_rows = (calls[0] - 1) / n_layer;
+  EXPECT_EQ(calls[0], per_layer_rows * n_layer + 1);
+  EXPECT_EQ(calls[1], per_layer_rows / 2 * n_layer + 1) << "rows split: " << calls[0] << " collectives";
+  if (world().rank() == 0)
+    std::printf("[partial sums] %d ranks, %lld layers: %lld collectives a forward (gathers: %lld)\n", world().size(),
+                static_cast<long long>(n_layer), static_cast<long long>(calls[1]), static_cast<long long>(calls[0]));
+}
 
 // Streaming experts across ranks (--mem-budget under mpirun): each rank reads its rows of each chosen expert from the
 // file into a small cache (repacked as read) instead of holding its rows of every expert. Rows split: one process's

@@ -80,6 +80,9 @@ printf '[{"type": "function", "function": {"name": "f", "parameters": [1]}}]' >"
 for t in type name params; do bad chat -m "$M" -c 256 --tools "$tmp/tools_$t.json" </dev/null; done
 "$TERN" chat -m "$M" -c 256 --tools "$tmp/tools_name.json" </dev/null >/dev/null 2>"$tmp/e"
 check "chat --tools names the tool and field" 'grep -q "\[1\]\.function\.name: expected a non-empty string" "$tmp/e"'
+# --partial-sums / --expert-parallel in one process: nothing to split, said once.
+"$TERN" run -m "$M" --tokens 1,2,3 -n 7 --temp 0 --print-ids -t 1 --partial-sums >"$tmp/ps" 2>"$tmp/pse"
+check "run --partial-sums in one process: the same ids, said once" 'cmp -s "$tmp/ids" "$tmp/ps" && [ $(grep -c "partial-sums: one process, nothing is split" "$tmp/pse") -eq 1 ]'
 
 echo "$fails failed"
 [ $fails -eq 0 ]

@@ -22,7 +22,8 @@ struct FfnScratch {
 // x, y: [n_rows, n_embd]; y is overwritten with the block output (before the residual add). `split` (across ranks,
 // Model::distribute): gate and up hold this rank's rows split->heads.blocks[rank] of the FFN width, down its rows
 // split->rows.blocks[rank] of n_embd; the SwiGLU rows are gathered between the halves and the output columns at the
-// end (values moved, not summed: one process's bits).
+// end (values moved, not summed: one process's bits). With split->partial_sums, w.down holds this rank's columns
+// (its SwiGLU rows) of every output and the output is summed over ranks instead.
 void ffn_block(backend::Backend& be, const FfnWeights& w, int layer, const float* x, int64_t n_rows, float* y, FfnScratch& s,
                const TensorDump& dump, const TensorSplit* split = nullptr);
 

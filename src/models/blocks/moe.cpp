@@ -22,10 +22,12 @@ void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, Ex
                int layer, const float* x, int64_t n_rows, float* y, MoeScratch& s, const TensorDump& dump,
                const MoeSplit* split) {
   const int64_t E = c.n_expert, K = c.n_expert_used;
-  // Split by rows: this rank computes its columns of the output, gathered at the end.
-  const int64_t D = split ? split->out.local(split->comm->rank()) : c.n_embd;
+  // Split by rows: this rank computes its columns of the output, gathered at the end (partial sums: its part of
+  // every column, summed at the end).
+  const bool by_rows = split && !split->partial_sums;
+  const int64_t D = by_rows ? split->out.local(split->comm->rank()) : c.n_embd;
   float* y_full = y;
-  if (split) y = grow(s.y_part, n_rows * D);
+  if (by_rows) y = grow(s.y_part, n_rows * D);
   float* logits = s.logits.grow<float>(be, n_rows * E);
   float* wts = grow(s.weights, n_rows * K);
   if (static_cast<int64_t>(s.ids.size()) < n_rows * K) s.ids.resize(static_cast<size_t>(n_rows * K));
@@ -77,7 +79,7 @@ void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, Ex
   bool same_x = false;  // x's activations were prepared by an earlier call of this layer
   // Split by rows: the SwiGLU rows of a call are this rank's columns of each job's; every rank's are gathered.
   auto mid = [&](const ColumnLayout& ff) -> backend::FfnMid {
-    if (!split) return {};
+    if (!by_rows) return {};
     return [&s, split, &ff](const float* h, int64_t h_rows, int64_t, int64_t* F_down) -> const float* {
       s.h_full.resize(static_cast<size_t>(h_rows * ff.total));
       TERN_PROFILE(prof, "comm.ffn_h", 0);
@@ -86,7 +88,7 @@ void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, Ex
       return s.h_full.data();
     };
   };
-  const ColumnLayout* ff = split ? &split->ff : nullptr;
+  const ColumnLayout* ff = by_rows ? &split->ff : nullptr;
   auto run = [&](const ColumnLayout* layout) {
     be.swiglu_ffns(jobs, x, n_rows, D, out, same_x, layout ? mid(*layout) : backend::FfnMid{});
     same_x = true;
@@ -112,7 +114,7 @@ void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, Ex
   if (shared) {
     TERN_PROFILE_BYTES(prof_exps, w.gate_shexp.bytes() + w.up_shexp.bytes() + w.down_shexp.bytes());
     // Split by rows, the shared expert joins the routed experts' call when its SwiGLU width is theirs.
-    const bool own_call = split && split->shff.total != split->ff.total;
+    const bool own_call = by_rows && split->shff.total != split->ff.total;
     if (own_call && !jobs.empty()) run(ff);
     jobs.push_back({w.gate_shexp, w.up_shexp, w.down_shexp, nullptr, n_rows, row});
     if (own_call) run(&split->shff);
@@ -136,9 +138,12 @@ void moe_block(backend::Backend& be, const MoeParams& c, const MoeWeights& w, Ex
       be.add(y, sd, n_rows * D);
     }
   }
-  if (split) {
+  if (by_rows) {
     TERN_PROFILE(prof_comm, "comm.ffn_out", 0);
     gather_columns(*split->comm, split->out, y, n_rows, y_full, s.gather);
+  } else if (split) {  // partial sums: every rank's part of the routed and shared experts' outputs
+    TERN_PROFILE(prof_comm, "comm.ffn_sum", 0);
+    sum_over_ranks(*split->comm, y, n_rows * D, s.gather);
   }
   dump("ffn_out", layer, y_full, {n_rows, c.n_embd});
 }

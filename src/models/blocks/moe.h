@@ -75,9 +75,13 @@ class ExpertSource {
 // and up (shff: of the shared expert's) and rows out.blocks[rank] of each down (output columns); the SwiGLU rows are
 // gathered between the halves and the block's output columns at the end. Values are moved, not summed: the block
 // gives one process's bits, and each rank reads 1/N of every chosen expert (balanced at batch 1).
+// Partial sums (SplitOptions::partial_sums): each down holds its columns ff.blocks[rank] (shff: of the shared
+// expert's) of every output instead, the SwiGLU rows are not gathered, and the block's output is summed over ranks:
+// one collective instead of two, each dot product of a down split into per-rank pieces added in rank order.
 struct MoeSplit {
   Comm* comm = nullptr;
   ColumnLayout ff, shff, out;
+  bool partial_sums = false;
 };
 
 struct MoeScratch {

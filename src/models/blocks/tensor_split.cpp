@@ -21,6 +21,12 @@ void project_out(backend::Backend& be, const Linear& w, const TensorSplit* split
     return;
   }
   Comm& comm = *split->comm;
+  if (split->partial_sums) {
+    be.matmul(w, x, n_rows, y);
+    TERN_PROFILE(prof, "comm.sum", 0);
+    sum_over_ranks(comm, y, n_rows * w.n_out, s.gather);
+    return;
+  }
   s.in.resize(static_cast<size_t>(n_rows * split->heads.total));
   {
     TERN_PROFILE(prof, "comm.heads", 0);

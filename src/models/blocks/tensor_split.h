@@ -2,6 +2,10 @@
 // heads' pre-projection activations; the out projection's input is gathered from every rank (in the global column
 // order) and its output rows are split, so each rank reads 1/N of the projection and the result is gathered. Values
 // are moved, never summed in a new order: the block's output has the bits of one process.
+// Partial sums (SplitOptions::partial_sums): each rank instead holds the projection's columns of its own heads (every
+// output row), multiplies its heads' activations by them and the block's output is the sum over ranks: one
+// collective instead of two, but the dot products are split into per-rank pieces added in rank order (not one
+// process's bits).
 #pragma once
 #include <optional>
 #include <vector>
@@ -21,6 +25,9 @@ struct TensorSplit {
   // and the block's global head counts.
   std::vector<int32_t> local_heads;
   int64_t n_heads = 0, n_key_heads = 0;
+  // The projection holds this rank's input columns (heads.blocks[rank]) of every output row, and the output is
+  // summed over ranks (`rows` unused).
+  bool partial_sums = false;
 };
 
 // A rank's heads of a block whose heads come in groups (attention: the query heads of a KV head; DeltaNet: the value
@@ -37,7 +44,7 @@ struct TensorSplitScratch {
 };
 
 // y [n_rows, w.n_out or rows.total] = w x. `split` null: one matmul (x is the whole input). Else x holds this rank's
-// heads [n_rows, heads.local(rank)] and w this rank's rows.
+// heads [n_rows, heads.local(rank)] and w this rank's rows (partial sums: its columns, and y the sum over ranks).
 void project_out(backend::Backend& be, const Linear& w, const TensorSplit* split, const float* x, int64_t n_rows, float* y,
                  TensorSplitScratch& s);
 

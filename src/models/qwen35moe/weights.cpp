@@ -288,6 +288,43 @@ Linear take_rows(backend::Backend& be, const gguf::File& f, const Linear& w, con
   return out;
 }
 
+// Whether column runs (element offsets along a row) start and end on block boundaries of `t`.
+bool on_blocks(quant::Type t, const Runs& runs) {
+  const int64_t b = quant::traits(t).block_size;
+  return std::all_of(runs.begin(), runs.end(), [b](const auto& r) { return r.first % b == 0 && r.second % b == 0; });
+}
+
+// Columns `runs` of every row of w (file layout), side by side in that order, into a buffer of its own: a matrix of
+// w.n_out rows of the runs' total width. Every run on block boundaries of w's type (callers check: on_blocks).
+Linear take_columns(backend::Backend& be, const gguf::File& f, const Linear& w, const Runs& runs,
+                    std::vector<std::shared_ptr<backend::Buffer>>& owned) {
+  if (!w.present()) return w;
+  if (!on_blocks(w.type, runs) || w.repacked) fail("internal: column slice of %s off its blocks", w.name.c_str());
+  const quant::TypeTraits& t = quant::traits(w.type);
+  int64_t n = 0;
+  for (const auto& r : runs) n += r.second;
+  const size_t rb = quant::row_size(t, n);
+  std::shared_ptr<backend::Buffer> buf = be.alloc(backend::BufferKind::kWeights, static_cast<size_t>(w.n_out) * rb);
+  std::vector<uint8_t> row(rb);
+  for (int64_t i = 0; i < w.n_out; ++i) {
+    const uint8_t* src = w.data + static_cast<size_t>(i) * w.row_bytes;
+    size_t off = 0;
+    for (const auto& [c0, k] : runs) {
+      const size_t len = quant::row_size(t, k);
+      std::copy(src + quant::row_size(t, c0), src + quant::row_size(t, c0) + len, row.data() + off);
+      off += len;
+    }
+    buf->write(static_cast<size_t>(i) * rb, row.data(), rb);
+  }
+  Linear out = w;
+  out.data = buf->data();
+  out.n_in = n;
+  out.row_bytes = rb;
+  owned.push_back(std::move(buf));
+  if (w.data >= f.base() && w.data + w.bytes() <= f.base() + f.file_size()) drop_pages(w.data, w.bytes());
+  return out;
+}
+
 // Elements [first * unit, (first + count) * unit) of each run of f, side by side.
 backend::Floats take(backend::Backend& be, const backend::Floats& f, const Runs& runs, int64_t unit) {
   const std::vector<float> h = f.to_host();
@@ -318,7 +355,7 @@ Runs sub_heads(const HeadShare& h, int64_t n_key, int64_t per, bool tiled) {
 
 }  // namespace
 
-void Model::split_heads(Comm& c) {
+void Model::split_heads(Comm& c, bool partial) {
   const int R = c.size(), me = c.rank();
   const ColumnLayout rows = ColumnLayout::contiguous(config.n_embd, quant::kRepackRows, R);
   const Split embd{config.n_embd, quant::kRepackRows, R};
@@ -333,12 +370,19 @@ void Model::split_heads(Comm& c) {
     attn_split.heads.total = config.n_head * hd;
     for (int r = 0; r < R; ++r)
       attn_split.heads.blocks.push_back(scaled(sub_heads(*head_share(config.n_head_kv, G, R, r), config.n_head_kv, G, false), hd));
+    const Runs& cols = attn_split.heads.blocks[static_cast<size_t>(me)];
+    // Every rank decides alike (each checks every rank's columns): a rank that summed while another gathered would
+    // wait forever at a different collective.
+    attn_split.partial_sums = partial && std::all_of(weights.layers.begin(), weights.layers.end(), [&](const LayerWeights& l) {
+      return l.kind != LayerKind::kAttention ||
+             std::all_of(attn_split.heads.blocks.begin(), attn_split.heads.blocks.end(), [&](const Runs& b) { return on_blocks(l.attn.wo.type, b); });
+    });
     for (LayerWeights& l : weights.layers) {
       if (l.kind != LayerKind::kAttention) continue;
       l.attn.wq = take_rows(*backend, *file, l.attn.wq, scaled(q, 2 * hd), split_copies);  // per query head: query rows, gate rows
       l.attn.wk = l.attn.wk.rows(mine->k0 * hd, mine->nk * hd);
       l.attn.wv = l.attn.wv.rows(mine->k0 * hd, mine->nk * hd);
-      l.attn.wo = l.attn.wo.rows(e0, ne);
+      l.attn.wo = attn_split.partial_sums ? take_columns(*backend, *file, l.attn.wo, cols, split_copies) : l.attn.wo.rows(e0, ne);
     }
   }
   // Gated DeltaNet: key heads with their value heads.
@@ -359,37 +403,51 @@ void Model::split_heads(Comm& c) {
     dn_split.n_key_heads = nK;
     for (const auto& [h0, n] : vh)
       for (int64_t h = h0; h < h0 + n; ++h) dn_split.local_heads.push_back(static_cast<int32_t>(h));
+    const Runs& cols = dn_split.heads.blocks[static_cast<size_t>(me)];
+    dn_split.partial_sums = partial && std::all_of(weights.layers.begin(), weights.layers.end(), [&](const LayerWeights& l) {
+      return l.kind != LayerKind::kRecurrent ||
+             std::all_of(dn_split.heads.blocks.begin(), dn_split.heads.blocks.end(), [&](const Runs& b) { return on_blocks(l.dn.wout.type, b); });
+    });
     for (LayerWeights& l : weights.layers) {
       if (l.kind != LayerKind::kRecurrent) continue;
       DeltaNetWeights& d = l.dn;
       d.wqkv = take_rows(*backend, *file, d.wqkv, ch, split_copies);
       d.conv = take(*backend, d.conv, ch, config.conv_kernel);
       d.wgate = take_rows(*backend, *file, d.wgate, scaled(vh, dv), split_copies);
-      d.wout = d.wout.rows(e0, ne);
+      d.wout = dn_split.partial_sums ? take_columns(*backend, *file, d.wout, cols, split_copies) : d.wout.rows(e0, ne);
     }
   }
   config = rank_config(config, R, me);
 }
 
-void Model::split_expert_rows(Comm& c, bool in_file) {
+bool Model::split_expert_rows(Comm& c, bool in_file, bool partial) {
   const int R = c.size(), me = c.rank();
   const int64_t E = config.n_expert, F = config.n_ff_exp, Fs = config.n_ff_shexp, D = config.n_embd;
   const int64_t A = quant::kRepackRows;
+  // Partial sums: each down's columns split on its blocks (and the gate and up rows with them on 8-row groups).
+  int64_t A_ff = A, A_sh = A;
+  for (const LayerWeights& l : weights.layers) {
+    A_ff = std::max<int64_t>(A_ff, quant::traits(l.moe.down_exps.type).block_size);
+    if (Fs > 0) A_sh = std::max<int64_t>(A_sh, quant::traits(l.moe.down_shexp.type).block_size);
+  }
+  partial = partial && !in_file && F >= A_ff * R && (Fs == 0 || Fs >= A_sh * R);
+  if (!partial) A_ff = A_sh = A;
   moe_split.comm = &c;
-  moe_split.ff = ColumnLayout::contiguous(F, A, R);
-  moe_split.shff = ColumnLayout::contiguous(Fs, A, R);
+  moe_split.partial_sums = partial;
+  moe_split.ff = ColumnLayout::contiguous(F, A_ff, R);
+  moe_split.shff = ColumnLayout::contiguous(Fs, A_sh, R);
   moe_split.out = ColumnLayout::contiguous(D, A, R);
-  const Split ffs{F, A, R}, shs{Fs, A, R}, outs{D, A, R};
+  const Split ffs{F, A_ff, R}, shs{Fs, A_sh, R}, outs{D, A, R};
   const int64_t f0 = ffs.begin(me), fl = ffs.size(me), s0 = shs.begin(me), sl = shs.size(me);
   const int64_t d0 = outs.begin(me), dl = outs.size(me);
   moe_ff_local = fl;
-  moe_embd_local = dl;
+  moe_embd_local = partial ? D : dl;
   for (LayerWeights& l : weights.layers) {
     MoeWeights& m = l.moe;
     if (Fs > 0) {
       m.gate_shexp = m.gate_shexp.rows(s0, sl);
       m.up_shexp = m.up_shexp.rows(s0, sl);
-      m.down_shexp = m.down_shexp.rows(d0, dl);
+      m.down_shexp = partial ? take_columns(*backend, *file, m.down_shexp, {{s0, sl}}, split_copies) : m.down_shexp.rows(d0, dl);
     }
     if (in_file) {  // views: each expert's rows are found in place (a streamed expert reads just those)
       m.ff0 = f0, m.ff_stride = F, m.d0 = d0, m.d_stride = D;
@@ -408,8 +466,10 @@ void Model::split_expert_rows(Comm& c, bool in_file) {
     }
     m.gate_exps = take_rows(*backend, *file, m.gate_exps, gate, split_copies);
     if (!m.fused_gate_up) m.up_exps = take_rows(*backend, *file, m.up_exps, up, split_copies);
-    m.down_exps = take_rows(*backend, *file, m.down_exps, down, split_copies);
+    m.down_exps = partial ? take_columns(*backend, *file, m.down_exps, {{f0, fl}}, split_copies)
+                          : take_rows(*backend, *file, m.down_exps, down, split_copies);
   }
+  return partial;
 }
 
 void Model::distribute(Comm& c, const SplitOptions& opt) {
@@ -422,12 +482,14 @@ void Model::distribute(Comm& c, const SplitOptions& opt) {
   if (config.n_vocab < static_cast<int64_t>(quant::kRepackRows) * R)
     fail("%d ranks: the vocabulary (%lld tokens) is too small to split", R, static_cast<long long>(config.n_vocab));
   const int64_t n_kv = config.n_head_kv, n_k = config.n_k_heads;
-  split_heads(c);
-  auto how = [&](bool split, int64_t heads, const char* what) {
-    return split ? std::string("heads split") : strf("whole on every rank (%lld %s heads do not share out over %d ranks)",
-                                                     static_cast<long long>(heads), what, R);
+  split_heads(c, opt.partial_sums);
+  auto how = [&](const TensorSplit& s, int64_t heads, const char* what) {
+    if (!s.comm) return strf("whole on every rank (%lld %s heads do not share out over %d ranks)", static_cast<long long>(heads), what, R);
+    if (!opt.partial_sums) return std::string("heads split");
+    return std::string(s.partial_sums ? "heads split, out projection by columns and summed"
+                                      : "heads split, out projection by rows (its heads' columns are not on its type's blocks)");
   };
-  log::info("across %d ranks: attention %s, DeltaNet %s, LM head rows split", R, how(attn_split.comm != nullptr, n_kv, "KV").c_str(), how(dn_split.comm != nullptr, n_k, "key").c_str());
+  log::info("across %d ranks: attention %s, DeltaNet %s, LM head rows split", R, how(attn_split, n_kv, "KV").c_str(), how(dn_split, n_k, "key").c_str());
   const int64_t v0 = vocab.begin(me), nv = vocab.size(me);
   weights.output = weights.output.rows(v0, nv);
   if (weights.has_mtp) {
@@ -437,24 +499,36 @@ void Model::distribute(Comm& c, const SplitOptions& opt) {
   if (config.dense()) {  // the FFN by rows, as the shared expert
     const int64_t F = config.n_ff, D = config.n_embd, A = quant::kRepackRows;
     if (F < A * R) fail("%d ranks: the FFN (%lld rows) is too narrow to split", R, static_cast<long long>(F));
+    int64_t A_ff = A;  // partial sums: down's columns on its blocks
+    for (const LayerWeights& l : weights.layers) A_ff = std::max<int64_t>(A_ff, quant::traits(l.ffn.down.type).block_size);
+    const bool partial = opt.partial_sums && F >= A_ff * R;
+    if (!partial) A_ff = A;
     ffn_split.comm = &c;
-    ffn_split.heads = ColumnLayout::contiguous(F, A, R);
+    ffn_split.partial_sums = partial;
+    ffn_split.heads = ColumnLayout::contiguous(F, A_ff, R);
     ffn_split.rows = ColumnLayout::contiguous(D, A, R);
-    const Split fs{F, A, R}, ds{D, A, R};
+    const Split fs{F, A_ff, R}, ds{D, A, R};
     for (LayerWeights& l : weights.layers) {
       l.ffn.gate = l.ffn.gate.rows(fs.begin(me), fs.size(me));
       l.ffn.up = l.ffn.up.rows(fs.begin(me), fs.size(me));
-      l.ffn.down = l.ffn.down.rows(ds.begin(me), ds.size(me));
+      l.ffn.down = partial ? take_columns(*backend, *file, l.ffn.down, {{fs.begin(me), fs.size(me)}}, split_copies)
+                           : l.ffn.down.rows(ds.begin(me), ds.size(me));
     }
-    log::info("across %d ranks: each rank holds 1/%d of the FFN's rows", R, R);
+    log::info("across %d ranks: each rank holds 1/%d of the FFN's rows%s", R, R,
+              partial ? ", down by columns and summed"
+              : opt.partial_sums ? " (down by rows: the FFN's width does not split on its type's blocks)" : "");
     return;
   }
   // Experts by rows unless asked for whole experts, or a share would be empty (a tiny FFN on many ranks).
   const bool rows_fit = config.n_ff_exp >= static_cast<int64_t>(quant::kRepackRows) * R &&
                         (config.n_ff_shexp == 0 || config.n_ff_shexp >= static_cast<int64_t>(quant::kRepackRows) * R);
   if (!opt.whole_experts && rows_fit) {
-    split_expert_rows(c, opt.experts_in_file);
-    log::info("across %d ranks: each rank holds 1/%d of the rows of every expert (balanced at batch 1, exact)%s", R, R,
+    const bool partial = split_expert_rows(c, opt.experts_in_file, opt.partial_sums);
+    const char* how = partial ? ", downs by columns and summed"
+                      : !opt.partial_sums ? " (balanced at batch 1, exact)"
+                      : opt.experts_in_file ? ", downs by rows (streamed experts are read by rows)"
+                                            : ", downs by rows (the experts' widths do not split on their types' blocks)";
+    log::info("across %d ranks: each rank holds 1/%d of the rows of every expert%s%s", R, R, how,
               opt.experts_in_file ? "; routed experts read from the file" : "");
     return;
   }

@@ -88,8 +88,8 @@ struct Model {
   Split vocab;
   TensorSplit attn_split, dn_split;  // heads split across ranks (comm null: each rank runs the block whole)
   std::vector<std::shared_ptr<backend::Buffer>> split_copies;  // rows gathered by distribute (freed once repacked)
-  MoeSplit moe_split;
-  TensorSplit ffn_split;             // a dense FFN split by rows (comm null: whole)                // routed and shared experts split by rows (comm null: whole experts)
+  MoeSplit moe_split;                // routed and shared experts split by rows (comm null: whole experts)
+  TensorSplit ffn_split;             // a dense FFN split by rows (comm null: whole)
   int64_t moe_ff_local = 0, moe_embd_local = 0;  // by rows: this rank's rows of each expert's gate/up, of its down
   bool distributed() const { return comm && comm->size() > 1; }
   // With whole experts per rank (expert parallel): whether this rank runs layer il's shared expert, one rank per
@@ -111,11 +111,14 @@ struct Model {
   // The head-parallel part of distribute: attention KV heads (with their query heads) and DeltaNet key heads (with
   // their value heads) split when each rank gets at least one; the out projections by rows (blocks/tensor_split.h).
   // config's head counts become this rank's, so the blocks, the state shape and the buffers follow.
-  void split_heads(Comm& comm);
+  // partial: the out projections by columns where they split on block boundaries (SplitOptions::partial_sums).
+  void split_heads(Comm& comm, bool partial = false);
   // Routed and shared experts by rows: each rank keeps rows [f0, f1) of every expert's gate and up and rows [d0, d1) of
   // every down (blocks/moe.h MoeSplit), gathered into stacked matrices of their own.
   // in_file: the routed experts' rows stay in the file's matrices (MoeWeights ff0 / d0 and strides), not copied.
-  void split_expert_rows(Comm& comm, bool in_file = false);
+  // partial: each down by columns (this rank's rows of the SwiGLU), where the widths split on its blocks: returns
+  // whether it did.
+  bool split_expert_rows(Comm& comm, bool in_file = false, bool partial = false);
   // Whether routed experts stay on 8-row groups when sliced per expert (n_ff_exp and n_embd multiples of 8).
   bool expert_rows_grouped() const;
   // The routed experts, for an ExpertStore (models/expert_store.h).
