@@ -361,7 +361,9 @@ TEST(DistributedSampling, SharesGiveTheWholeRowsToken) {
       EXPECT_EQ(v_shared, v_whole);
       const double p_whole = runtime::top_prob(runtime::LogitsRow::whole(row.data(), V), v_whole);
       const double p_shared = runtime::top_prob(share, v_shared);
-      if (!std::isnan(p_whole)) EXPECT_NEAR(p_shared, p_whole, 1e-12 * p_whole) << "draw " << draw;
+      if (!std::isnan(p_whole)) {
+        EXPECT_NEAR(p_shared, p_whole, 1e-12 * p_whole) << "draw " << draw;
+      }
     }
   }
   // Every logit NaN: the same error on every rank (the whole row's), never a hang.

@@ -355,8 +355,9 @@ TEST(Mtp, MatchesTheReferenceForwardAndLlamaCpp) {
       EXPECT_LE(worst, std::string(src) == "torch" ? 1e-3 : 0.08) << p["name"] << " MTP rows vs " << src;
       const auto am = p["mtp"][src]["argmax"].get<std::vector<int32_t>>();
       for (int64_t r = 0; r < L - 1; ++r)
-        if (std::find(near.begin(), near.end(), r) == near.end())
+        if (std::find(near.begin(), near.end(), r) == near.end()) {
           EXPECT_EQ(runtime::argmax(got.data() + r * V, V), am[r]) << p["name"] << " MTP row " << r << " vs " << src;
+        }
       std::printf("[mtp %s] prompt rows vs %s: max |diff| %.4f\n", p["name"].get<std::string>().c_str(), src, worst);
     }
 
@@ -520,7 +521,9 @@ TEST_P(ModelFixture, SameLogitsAtAnyExpertCacheSize) {
     const uint64_t uses = s.hits + s.misses, steps = 7, layers = static_cast<uint64_t>(c.n_layer);
     EXPECT_GE(uses, steps * layers * static_cast<uint64_t>(c.n_expert_used));
     EXPECT_LE(uses, steps * layers * static_cast<uint64_t>(std::min<int64_t>(c.n_expert, c.n_expert_used * 10)));
-    if (slots == c.n_expert) EXPECT_LE(s.misses, layers * static_cast<uint64_t>(c.n_expert)) << "a full cache re-read";
+    if (slots == c.n_expert) {
+      EXPECT_LE(s.misses, layers * static_cast<uint64_t>(c.n_expert)) << "a full cache re-read";
+    }
     // Bytes read: each miss reads one expert of its layer, so between the smallest and largest expert size.
     const std::vector<size_t> per_layer = ExpertStore::expert_bytes_per_layer(model->expert_layout());
     const size_t lo = *std::min_element(per_layer.begin(), per_layer.end());

@@ -157,7 +157,9 @@ TEST_P(DecodeLoopTest, GreedyWithTheFilesMtpBlockEqualsWithout) {
   EXPECT_GT(loop.stats().drafted, 100);
   // The bundled model's trained block drafts the greedy token most of the time (measured 0.5-0.7 at one drafted
   // token, bench/spec_bundled.py); a block that lost its weights or its inputs would fall to ~0.
-  if (GetParam() == kBundled) EXPECT_GT(loop.stats().acceptance(), 0.3);
+  if (GetParam() == kBundled) {
+    EXPECT_GT(loop.stats().acceptance(), 0.3);
+  }
 }
 
 // The draft block's rows the loop writes step by step (catch-up rows with the trunk's true hidden states, chained

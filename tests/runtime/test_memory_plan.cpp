@@ -129,8 +129,12 @@ TEST_P(PlanFixture, AutoParallelFillsTheRoomForState) {
       r.kv_tokens = a.kv_tokens;
       const uint64_t state = plan_memory(shape, r).state;
       if (a.kv_tokens == 0) {
-        if (a.n > 1) EXPECT_LE(uint64_t(a.n) * per_plan, a.room);
-        if (a.n < kMaxAutoParallel) EXPECT_GT(uint64_t(a.n + 1) * per_plan, a.room);
+        if (a.n > 1) {
+          EXPECT_LE(uint64_t(a.n) * per_plan, a.room);
+        }
+        if (a.n < kMaxAutoParallel) {
+          EXPECT_GT(uint64_t(a.n + 1) * per_plan, a.room);
+        }
         EXPECT_EQ(state, uint64_t(a.n) * per_plan);
       } else {
         EXPECT_GE(a.kv_tokens, n_ctx);               // any request that fits a context can run

@@ -54,7 +54,7 @@ void expect_all(Want want, std::initializer_list<const char*> texts, const ojson
     }
     EXPECT_TRUE(accepts(s, schema, &done)) << s;
     EXPECT_TRUE(done) << s;
-    EXPECT_NO_THROW((void)nlohmann::json::parse(s)) << s;
+    EXPECT_TRUE(nlohmann::json::accept(s)) << s;
     for (size_t n = 0; n < s.size(); ++n) {
       if (s.find_first_not_of(" \n", n) == std::string::npos) break;  // only trailing whitespace left: done already
       EXPECT_TRUE(accepts(s.substr(0, n), schema, &done)) << s.substr(0, n);
