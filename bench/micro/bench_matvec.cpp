@@ -84,6 +84,35 @@ void bm_matvec_x8(benchmark::State& st, Type t, Isa isa, int64_t n_out, int64_t 
                                                benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+// The kernels' compute speed alone: one repacked 256 x n_in matrix (L2-resident) times n_tok activation rows on
+// one thread, no rotation through DRAM (that is BM_matvec_x8's job). Reports GMAC/s against tern_peak's
+// int8 figure. Arg: tokens per call.
+void bm_gemm_x8_hot(benchmark::State& st, Type t, Isa isa, int64_t n_in) {
+  if (!isa_supported(isa)) {
+    st.SkipWithError("this CPU lacks the ISA");
+    return;
+  }
+  set_n_threads(1);
+  constexpr int64_t kRows = 256;
+  const int64_t n_tok = st.range(0);
+  const size_t rs = row_size(traits(t), n_in);
+  std::vector<uint8_t> packed(repacked_bytes(t, kRows, n_in));
+  repack(t, pool().data(), rs, kRows, n_in, packed.data());
+  std::vector<float> x(n_in * n_tok), y(kRows * n_tok);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  std::vector<uint8_t> xq(repacked_act_row_bytes(t, n_in) * n_tok);
+  const size_t xs = repacked_act_row_bytes(t, n_in);
+  for (int64_t k = 0; k < n_tok; ++k) quantize_act_repacked(t, x.data() + k * n_in, xq.data() + k * xs, n_in, isa);
+  for (auto _ : st) {
+    gemm_repacked(t, packed.data(), kRows, n_in, xq.data(), xs, 0, kRows / kRepackRows, n_tok, y.data(), kRows, isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["GMACs"] = benchmark::Counter(static_cast<double>(kRows * n_in * n_tok) * st.iterations() / 1e9,
+                                            benchmark::Counter::kIsRate);
+}
+
 __attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (size_t i = 0; i < n; i += 32) {
@@ -134,6 +163,13 @@ const int kRegistered = [] {
         benchmark::RegisterBenchmark(name.c_str(), bm_matvec, t, isa, s[0], s[1])
             ->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
       }
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
+    for (Type t : types) {
+      if (!has_repacked(t)) continue;
+      const std::string name = std::string("BM_gemm_x8_hot/") + type_name(t) + "/" + isa_name(isa);
+      benchmark::RegisterBenchmark(name.c_str(), bm_gemm_x8_hot, t, isa, 2048)
+          ->Arg(1)->Arg(4)->Arg(64)->Unit(benchmark::kMicrosecond);
+    }
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
     for (Type t : types) {
       if (!has_repacked(t)) continue;  // the float types

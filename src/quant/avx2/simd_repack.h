@@ -159,6 +159,9 @@ void k4(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
   for (int64_t b = 0; b < nb; ++b, g += kBlock) {
     __m256i isum[NT];
     for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    // Unrolled: constant piece offsets and shifts (a rolled loop spent a third of its scalar ops on addresses,
+    // shifted even sub-blocks by 0 and ran the prefetch as a loop).
+#pragma GCC unroll 8
     for (int sub = 0; sub < 8; ++sub) {
       const int j = sub >> 1, shift = 4 * (sub & 1);
       prefetch_ahead<kBlock, 8>(g, sub);
@@ -266,7 +269,9 @@ void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
           }
         }
     } else {
+#pragma GCC unroll 2
       for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
         for (int kh = 0; kh < 2; ++kh) {
           __m256i sc[4];
           for (int q = 0; q < 4; ++q) sc[q] = dup_i8(g + x8::kQ6_K_sc + 8 * (8 * h + 2 * q + kh));
@@ -274,8 +279,10 @@ void q6_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc) {
           // 32768, so one madd with the scale widens both (5 ops per 2 products instead of 6). Quarter by quarter,
           // each decoded from memory, so that the tokens' sums stay in registers (all four quarters of two pieces
           // at once spilled them).
+#pragma GCC unroll 2
           for (int k = 4 * kh; k < 4 * kh + 4; k += 2) {
             prefetch_ahead<x8::kQ6_K_block, 8>(g, 4 * h + k / 2);
+#pragma GCC unroll 4
             for (int q = 0; q < 4; ++q) {
               const __m256i v0 = q6_k_quarter(g, h, k, q), v1 = q6_k_quarter(g, h, k + 1, q);
               for (int t = 0; t < NT; ++t) {
@@ -426,9 +433,12 @@ template <class Ops, int NT, bool kQ3>
 void k2(const uint8_t* g, const uint8_t* const* xr, __m256i* isum) {  // xr: this super-block of each token
   constexpr size_t kQs = kQ3 ? x8::kQ3_K_qs : x8::kQ2_K_qs, kSc = kQ3 ? x8::kQ3_K_sc : x8::kQ2_K_sc;
   const __m256i m3 = b8(3);
+#pragma GCC unroll 2
   for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
     for (int kh = 0; kh < 2; ++kh) {
       prefetch_ahead<kQ3 ? x8::kQ3_K_block : x8::kQ2_K_block, 4>(g, 2 * h + kh);
+#pragma GCC unroll 4
       for (int s = 0; s < 4; ++s) {
         const int j = 8 * h + 2 * s + kh;
         __m256i sc;
