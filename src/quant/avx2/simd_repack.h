@@ -502,7 +502,8 @@ void q2_q3_k(const uint8_t* g, int64_t nb, const uint8_t* const* xr, __m256* acc
         const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(il, 4), _mm_set1_epi8(0x0F)));
         for (int t = 0; t < NT; ++t) {
           const BlockQ8_K& x = *reinterpret_cast<const BlockQ8_K*>(xb[t]);
-          msum[t] = _mm256_add_epi32(msum[t], _mm256_madd_epi16(mn, pair16(x.bsums[2 * p], x.bsums[2 * p + 1])));
+          // (bsums[2p], bsums[2p + 1]) side by side in Q8_K: one broadcast 4-byte load is the int16 pair
+          msum[t] = _mm256_add_epi32(msum[t], _mm256_madd_epi16(mn, bcast4(x.bsums + 2 * p)));
         }
       }
       const __m256 dmin = load_h8(g + x8::kQ2_K_dmin);
