@@ -294,6 +294,15 @@ bool on_blocks(quant::Type t, const Runs& runs) {
   return std::all_of(runs.begin(), runs.end(), [b](const auto& r) { return r.first % b == 0 && r.second % b == 0; });
 }
 
+// The unit a width split by rows over ranks goes in: 8-row groups, and for partial sums also the blocks of every
+// layer's down matrix `down(l)`, whose columns follow the split.
+template <class Down>
+int64_t split_unit(const std::vector<LayerWeights>& layers, Down down) {
+  int64_t a = quant::kRepackRows;
+  for (const LayerWeights& l : layers) a = std::max<int64_t>(a, quant::traits(down(l).type).block_size);
+  return a;
+}
+
 // Columns `runs` of every row of w (file layout), side by side in that order, into a buffer of its own: a matrix of
 // w.n_out rows of the runs' total width. Every run on block boundaries of w's type (callers check: on_blocks).
 Linear take_columns(backend::Backend& be, const gguf::File& f, const Linear& w, const Runs& runs,
@@ -425,11 +434,8 @@ bool Model::split_expert_rows(Comm& c, bool in_file, bool partial) {
   const int64_t E = config.n_expert, F = config.n_ff_exp, Fs = config.n_ff_shexp, D = config.n_embd;
   const int64_t A = quant::kRepackRows;
   // Partial sums: each down's columns split on its blocks (and the gate and up rows with them on 8-row groups).
-  int64_t A_ff = A, A_sh = A;
-  for (const LayerWeights& l : weights.layers) {
-    A_ff = std::max<int64_t>(A_ff, quant::traits(l.moe.down_exps.type).block_size);
-    if (Fs > 0) A_sh = std::max<int64_t>(A_sh, quant::traits(l.moe.down_shexp.type).block_size);
-  }
+  int64_t A_ff = split_unit(weights.layers, [](const LayerWeights& l) -> const Linear& { return l.moe.down_exps; });
+  int64_t A_sh = Fs > 0 ? split_unit(weights.layers, [](const LayerWeights& l) -> const Linear& { return l.moe.down_shexp; }) : A;
   partial = partial && !in_file && F >= A_ff * R && (Fs == 0 || Fs >= A_sh * R);
   if (!partial) A_ff = A_sh = A;
   moe_split.comm = &c;
@@ -499,8 +505,7 @@ void Model::distribute(Comm& c, const SplitOptions& opt) {
   if (config.dense()) {  // the FFN by rows, as the shared expert
     const int64_t F = config.n_ff, D = config.n_embd, A = quant::kRepackRows;
     if (F < A * R) fail("%d ranks: the FFN (%lld rows) is too narrow to split", R, static_cast<long long>(F));
-    int64_t A_ff = A;  // partial sums: down's columns on its blocks
-    for (const LayerWeights& l : weights.layers) A_ff = std::max<int64_t>(A_ff, quant::traits(l.ffn.down.type).block_size);
+    int64_t A_ff = split_unit(weights.layers, [](const LayerWeights& l) -> const Linear& { return l.ffn.down; });  // partial sums
     const bool partial = opt.partial_sums && F >= A_ff * R;
     if (!partial) A_ff = A;
     ffn_split.comm = &c;
