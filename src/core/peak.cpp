@@ -1,10 +1,9 @@
 #include "core/peak.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 #include "core/cpu.h"
 #include "core/error.h"
@@ -80,15 +79,21 @@ const KernelDef kKernels[] = {
     {"fp32_ref", "portable C++ (baseline x86-64)", false, false, peak::kFp32RefOps, peak::fp32_ref, "", always},
 };
 
-// Wall seconds for `threads` threads each running fn(iters) at once (the region's start and end included).
+// Wall seconds for `threads` threads of tern's pool each running fn(iters) at once (the region's start and end
+// included). A region that got fewer threads (the pool busy, or a nested call) would time fewer kernels than the
+// rate counts: an error, not a silently wrong peak.
 double run_seconds(peak::KernelFn fn, int64_t iters, int threads) {
-  double sink = 0;
+  std::vector<double> sink(static_cast<size_t>(threads), 0.0);
+  int ran = 0;
   const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-  sink += fn(iters);
+  parallel_region(threads, [&](ThreadCtx& ctx) {
+    if (ctx.thread_id() == 0) ran = ctx.n_threads();
+    sink[static_cast<size_t>(ctx.thread_id())] = fn(iters);
+  });
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  volatile double keep = sink;
-  (void)keep;
+  if (ran != threads) fail("compute peak: asked for %d threads, the thread pool ran %d", threads, ran);
+  volatile double keep = 0;
+  for (double v : sink) keep = keep + v;
   return s;
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/peak.h"
 #include "core/peak_kernels.h"
 
@@ -66,6 +67,16 @@ TEST(ComputePeak, ReturnsPositiveFiniteRates) {
   }
   EXPECT_EQ(p.best(true)->int8, true);
   EXPECT_EQ(p.best(false)->int8, false);
+}
+
+// The N-thread rate counts N kernels: a region that gets fewer threads (here: nested in another, so it runs on
+// one) must fail, not report one thread's time as N threads' work.
+TEST(ComputePeak, FailsWhenThePoolRunsFewerThreads) {
+  parallel_region(2, [](ThreadCtx& ctx) {
+    if (ctx.thread_id() == 0) {
+      EXPECT_THROW(measure_compute_peak(2, 1, 0.002), Error);
+    }
+  });
 }
 
 TEST(ComputePeak, RejectsBadArguments) {
