@@ -102,8 +102,8 @@ void bm_gemm_x8_hot(benchmark::State& st, Type t, Isa isa, int64_t n_in) {
   std::mt19937 rng(2);
   std::normal_distribution<float> nd;
   for (auto& v : x) v = nd(rng);
-  std::vector<uint8_t> xq(repacked_act_row_bytes(t, n_in) * n_tok);
   const size_t xs = repacked_act_row_bytes(t, n_in);
+  std::vector<uint8_t> xq(xs * n_tok);
   for (int64_t k = 0; k < n_tok; ++k) quantize_act_repacked(t, x.data() + k * n_in, xq.data() + k * xs, n_in, isa);
   for (auto _ : st) {
     gemm_repacked(t, packed.data(), kRows, n_in, xq.data(), xs, 0, kRows / kRepackRows, n_tok, y.data(), kRows, isa);

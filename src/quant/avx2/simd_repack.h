@@ -39,7 +39,7 @@ inline __m256i b8(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
 // The intrinsic let it hoist all of an unrolled super-block's prefetches to its start, a burst that filled the
 // miss queue ahead of the demand loads (measured: Q4_K decode on one thread 17.7 -> 13.1 GB/s, Q6_K 18.5 ->
 // 11.6). No memory clobber: that made the accumulators behind `acc` go through memory at every prefetch (Q8_0
-// prefill -10%).
+// prefill ~-8%).
 inline void prefetch(const uint8_t* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
 // Super-block kernels walk a block out of order (scales, then pieces by sub-block), which the hardware
 // prefetcher follows poorly: step i of a block's n steps prefetches its share of the block two ahead, in order
