@@ -9,12 +9,15 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 build=${FUZZ_BUILD:-build-fuzz}
-CC=clang CXX=clang++ bash scripts/build.sh "$build" -DTERN_FUZZ=ON -DTERN_TESTS=OFF -DTERN_BENCH=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo
-if [ $# -gt 0 ]; then names=("$@"); else names=(); for bin in "$build"/fuzz/fuzz_*; do names+=("$(basename "$bin")"); done; fi
+if [ $# -gt 0 ]; then names=("$@"); else names=(); for src in fuzz/fuzz_*.cpp; do names+=("$(basename "$src" .cpp)"); done; fi
+names=("${names[@]/#/fuzz_}"); names=("${names[@]/#fuzz_fuzz_/fuzz_}")
+# Only the named targets are built (not the tern executable, which no target needs); -gline-tables-only: a
+# finding's stack trace needs file:line, not full debug info. Together: 455 s -> ~270 s of build on 2 cores.
+CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DTERN_FUZZ=ON -DTERN_TESTS=OFF -DTERN_BENCH=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG" >/dev/null
+cmake --build "$build" -j "$(nproc)" --target "${names[@]}"
 status=0
 for name in "${names[@]}"; do
-  name=fuzz_${name#fuzz_}
   bin=$build/fuzz/$name
   [ -x "$bin" ] || { echo "fuzz: no target $name in $build/fuzz" >&2; exit 2; }
   corpus=$build/corpus/$name
