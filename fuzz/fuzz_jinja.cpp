@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const tern::text::jinja::Template t(src);
     const std::string out = t.render(context);
-    static volatile size_t sink;
+    [[maybe_unused]] static volatile size_t sink;
     sink = out.size();  // keep the render observable
   } catch (const tern::Error&) {
   }

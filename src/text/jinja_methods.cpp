@@ -254,6 +254,17 @@ std::vector<int64_t> slice_indices(int64_t n, const Value& start, const Value& s
   return idx;
 }
 
+// "'<type> object' has no " + what..., built by appending: GCC 12 reports a false -Wrestrict in
+// operator+(const char*, std::string&&) (its insert path), which the one-expression form instantiates.
+template <typename... Parts>
+std::string no_such(const Value& obj, const Parts&... what) {
+  std::string m = "'";
+  m += obj.type_name();
+  m += " object' has no ";
+  (m += ... += what);
+  return m;
+}
+
 }  // namespace
 
 std::string py_strip(const std::string& s, const std::string* chars, bool left, bool right) {
@@ -288,9 +299,9 @@ Value get_attr(const Value& obj, const std::string& name) {
     case Value::Kind::kList: {
       Value m = list_method(obj, name);
       if (!m.is_undefined()) return m;
-      return Value::undefined("'" + obj.type_name() + " object' has no attribute '" + name + "'");
+      return Value::undefined(no_such(obj, "attribute '", name, "'"));
     }
-    default: return Value::undefined("'" + obj.type_name() + " object' has no attribute '" + name + "'");
+    default: return Value::undefined(no_such(obj, "attribute '", name, "'"));
   }
 }
 
@@ -315,7 +326,7 @@ Value get_item(const Value& obj, const Value& key) {
     if (v) return *v;
   }
   if (key.is_string()) return get_attr(obj, key.str_ref());
-  return Value::undefined("'" + obj.type_name() + " object' has no item " + key.repr());
+  return Value::undefined(no_such(obj, "item ", key.repr()));
 }
 
 Value slice_value(const Value& obj, const Value& start, const Value& stop, const Value& step) {

@@ -612,7 +612,8 @@ class Parser {
     std::string n = expect_name();
     while (is_op(".") && peek().type == Tok::kName) {
       ++i_;
-      n += "." + expect_name();
+      n += '.';
+      n += expect_name();
     }
     return n;
   }

@@ -174,7 +174,7 @@ std::string float_repr(double f) {
   int decpt = exp10 + 1;
   if (decpt <= -4 || decpt > 16) {
     out += digits[0];
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) out.append(1, '.').append(digits, 1);
     char eb[16];
     std::snprintf(eb, sizeof(eb), "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
     return out + eb;

@@ -42,7 +42,10 @@ std::string escaped(const std::string& s) {
 
 std::string ids_str(const std::vector<int32_t>& ids) {
   std::string s;
-  for (int32_t v : ids) s += (s.empty() ? "" : " ") + std::to_string(v);
+  for (int32_t v : ids) {
+    if (!s.empty()) s += ' ';
+    s += std::to_string(v);
+  }
   return s;
 }
 

@@ -168,7 +168,11 @@ struct AttnSimd {
     }
     const float* w[NR];
     for (int r = 0; r < NR; ++r) w[r] = sc + r * n_pos;
+#if defined(__clang__)  // clang takes the GNU spelling here (the [[...]] one would apply to the lambda's type)
+    const auto step = [&](const void* vr, int64_t p) __attribute__((always_inline)) {
+#else
     const auto step = [&](const void* vr, int64_t p) [[gnu::always_inline]] {
+#endif
       R v0, v1;
       if constexpr (Full) {
         R vv[2];

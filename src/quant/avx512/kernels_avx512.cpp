@@ -5,8 +5,10 @@
 // binaries also link its SIMDe twin (core/avx512.h), which runs these same lines on hosts without AVX-512.
 // Not yet: 512-bit decoding of two quantized blocks per instruction (the next step for prefill speed).
 // GCC 12 reports a false (-Wmaybe)-uninitialized inside its own avx512fintrin.h (the undefined-vector idiom).
+#if !defined(__clang__)  // clang has no -Wmaybe-uninitialized (and no such report)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include "core/avx512.h"
 #include "quant/avx2/simd_gemm.h"
 

@@ -2,8 +2,10 @@
 // int32, so the same bits as AVX2 and the ref), and for Q4_0, Q8_0, Q4_K and Q6_K simd_repack512.h's 512-bit
 // kernels over pairs of groups. Compiled with TERN_AVX512_FLAGS; reached only through the
 // dispatch after isa_supported(kAvx512).
+#if !defined(__clang__)  // clang has no -Wmaybe-uninitialized (and no such report)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include "core/avx512.h"
 #include "quant/avx2/simd_repack.h"
 #include "quant/avx512/simd_repack512.h"
