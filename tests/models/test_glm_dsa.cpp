@@ -3,6 +3,7 @@
 // tools/make_glm_fixtures.py: glm5-toy (every layer its own indexer) and glm52-toy (GLM-5.2's full / shared indexer
 // layers), with index_topk small so long prompts drop keys. Plus the state properties a server relies on.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/gguf_writer.h"
 #include "model_refs.h"
 #include "models/glm_dsa/model.h"
 #include "quant/convert.h"
@@ -437,4 +439,107 @@ TEST(GlmState, BytesPerTokenAtGlm5Geometry) {
   const size_t full = static_cast<size_t>(std::count(c.idx_full.begin(), c.idx_full.end(), true));
   EXPECT_EQ(SequenceState::bytes_for(models::glm_dsa::state_shape(c), n_ctx, ops::KvType::kF16),
             (size_t(78) * 1152 + full * 256) * n_ctx);
+}
+
+// The MTP (NextN) block's draft logits against its definition (contract section 10; the concat order [enorm(E[t+1]) ;
+// hnorm(h_t)] as in vLLM's deepseek_mtp.py), composed independently of Forward::run_draft: the block's own part,
+// x_r = eh_proj([enorm(E[p_r]) ; hnorm(h_{r-1})]), in double here from the file's weights; its decoder layer and head
+// as a one-layer glm-dsa file made of the block's tensors (blk.3.* as blk.0.*, shared_head_norm as output_norm, the
+// main output head), fed x_r as its token embeddings, through the trunk path the fixtures prove against transformers.
+// The prompt (longer than index_topk) makes the block's indexer drop keys. Tolerance: as PrefillThenDecodeEqualsOneShot
+// (f32 sums in another order; x_r rounded from double), 1e-3 on logits, and the same argmax.
+TEST(GlmMtp, DraftLogitsEqualTheBlockRunAsAOneLayerModel) {
+  const fs::path src = kModels / "glm5-toy.f16.gguf";
+  if (!fs::exists(src)) GTEST_SKIP() << "missing " << src;
+  auto m = load(src, false);
+  ASSERT_TRUE(m->can_draft());
+  const int64_t D = m->info().n_embd, V = m->info().n_vocab;
+  const std::vector<int32_t> p = longest_prompt(kModels / "glm5-toy" / "ref_hf.json");
+  const int64_t L = static_cast<int64_t>(p.size());
+  ASSERT_GT(L, 17);  // index_topk 16: the later rows select keys
+  SequenceState st(m->backend(), m->state_shape(), 512, ops::KvType::kF32);
+  std::vector<SeqInput> b(1);
+  b[0].state = &st;
+  b[0].tokens = p;
+  b[0].hidden = true;
+  m->forward(b);
+  const std::vector<float> h = m->hidden();
+  ASSERT_EQ(static_cast<int64_t>(h.size()), L * D);
+  std::vector<models::DraftInput> d(1);
+  d[0].state = &st;
+  d[0].tokens.assign(p.begin() + 1, p.end());
+  d[0].hidden.assign(h.begin(), h.end() - D);  // row r (token p_r) with h_{r-1}
+  d[0].all_logits = true;
+  const std::vector<float> got = m->forward_draft(d);
+  ASSERT_EQ(static_cast<int64_t>(got.size()), (L - 1) * V);
+
+  const gguf::File f = gguf::File::open(src.string());
+  auto floats = [&](const std::string& name) {
+    const gguf::TensorInfo& t = f.get_tensor(name);
+    std::vector<float> v(static_cast<size_t>(t.n_elements));
+    quant::dequantize_row(t.type, t.data, v.data(), t.n_elements);
+    return v;
+  };
+  const std::vector<float> E = floats("token_embd.weight"), en = floats("blk.3.nextn.enorm.weight"),
+                           hn = floats("blk.3.nextn.hnorm.weight"), W = floats("blk.3.nextn.eh_proj.weight");
+  const double eps = f.get_f32("glm-dsa.attention.layer_norm_rms_epsilon");
+  auto rms = [&](const float* v, const std::vector<float>& w, double* out) {
+    double ss = 0;
+    for (int64_t i = 0; i < D; ++i) ss += double(v[i]) * v[i];
+    const double s = 1.0 / std::sqrt(ss / D + eps);
+    for (int64_t i = 0; i < D; ++i) out[i] = v[i] * s * w[static_cast<size_t>(i)];
+  };
+  std::vector<float> X(static_cast<size_t>(V * D), 0.0f);  // the one-layer model's token_embd: row k = x_{k+1}
+  std::vector<double> cat(static_cast<size_t>(2 * D));
+  for (int64_t r = 1; r < L; ++r) {
+    rms(E.data() + p[static_cast<size_t>(r)] * D, en, cat.data());
+    rms(h.data() + (r - 1) * D, hn, cat.data() + D);
+    for (int64_t o = 0; o < D; ++o) {
+      double acc = 0;
+      for (int64_t i = 0; i < 2 * D; ++i) acc += double(W[static_cast<size_t>(o * 2 * D + i)]) * cat[static_cast<size_t>(i)];
+      X[static_cast<size_t>((r - 1) * D + o)] = static_cast<float>(acc);
+    }
+  }
+
+  gguf::Writer w;
+  const std::set<std::string> replaced = {"glm-dsa.block_count", "glm-dsa.leading_dense_block_count",
+                                          "glm-dsa.nextn_predict_layers", "glm-dsa.attention.indexer.types"};
+  for (const gguf::Value& kv : f.metadata()) {
+    const std::string k(kv.key());
+    if ((!k.starts_with("glm-dsa.") && k != "general.architecture") || replaced.count(k)) continue;
+    switch (kv.type()) {
+      case gguf::ValueType::U32: w.add_u32(k, kv.as_u32()); break;
+      case gguf::ValueType::F32: w.add_f32(k, kv.as_f32()); break;
+      case gguf::ValueType::Bool: w.add_bool(k, kv.as_bool()); break;
+      case gguf::ValueType::String: w.add_str(k, kv.as_str()); break;
+      default: FAIL() << "glm5-toy key " << k << " of an unexpected type";
+    }
+  }
+  w.add_u32("glm-dsa.block_count", 1);
+  w.add_u32("glm-dsa.leading_dense_block_count", 0);
+  w.add_u32("glm-dsa.nextn_predict_layers", 0);
+  w.add_array("glm-dsa.attention.indexer.types", std::vector<bool>{true});
+  auto ne = [](const gguf::TensorInfo& t) { return std::vector<int64_t>(t.ne, t.ne + std::max<uint32_t>(t.n_dims, 1)); };
+  auto view = [&](const std::string& as, const gguf::TensorInfo& t) {
+    w.add_tensor_view(as, t.type, ne(t), {t.data, static_cast<size_t>(t.n_bytes)});
+  };
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const std::string n(t.name);
+    if (n.starts_with("blk.3.") && n.find(".nextn.") == std::string::npos) view("blk.0." + n.substr(6), t);
+  }
+  view("output.weight", f.get_tensor("output.weight"));
+  view("output_norm.weight", f.get_tensor("blk.3.nextn.shared_head_norm.weight"));
+  w.add_tensor_view("token_embd.weight", quant::Type::F32, {D, V}, {reinterpret_cast<const uint8_t*>(X.data()), X.size() * 4});
+  const fs::path one = fs::temp_directory_path() / ("tern-glm5-mtp-as-layer-" + std::to_string(::getpid()) + ".gguf");
+  w.write(one.string());
+  auto block = load(one, false);
+  fs::remove(one);  // mapped: the file stays readable until unmapped
+  ASSERT_EQ(block->info().n_vocab, V);
+  std::vector<int32_t> rows(static_cast<size_t>(L - 1));
+  for (int64_t k = 0; k < L - 1; ++k) rows[static_cast<size_t>(k)] = static_cast<int32_t>(k);
+  const std::vector<float> want = teacher_forced(*block, rows);
+  ASSERT_EQ(want.size(), got.size());
+  EXPECT_LE(max_abs_diff(got, want), 1e-3);
+  for (int64_t r = 0; r < L - 1; ++r)
+    EXPECT_EQ(runtime::argmax(got.data() + r * V, V), runtime::argmax(want.data() + r * V, V)) << "draft row " << r + 1;
 }

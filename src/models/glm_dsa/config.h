@@ -14,7 +14,7 @@ namespace tern::models::glm_dsa {
 struct Config {
   std::string arch;       // "glm-dsa"
   int64_t n_layer = 0;    // trunk layers (block_count minus nextn_predict_layers)
-  int64_t n_nextn = 0;    // MTP blocks after the trunk: loaded (shapes checked), not run yet
+  int64_t n_nextn = 0;    // MTP blocks after the trunk: the first drafts (speculative decoding), the rest are ignored
   int64_t n_embd = 0, n_vocab = 0, n_ctx_train = 0;
   float rms_eps = 1e-5f;
 
@@ -33,6 +33,8 @@ struct Config {
   ops::Gating gating = ops::Gating::kSigmoid;
 
   bool dense_layer(int64_t il) const { return il < n_dense; }
+  // dense_layer for the trunk; the MTP block's layer (il == n_layer) is an MoE layer unless the model has no experts.
+  bool dense_block(int64_t il) const { return il < n_layer ? dense_layer(il) : n_expert == 0; }
   int64_t n_full_indexer_layers() const;
 
   MlaForm mla_form = MlaForm::kAuto;  // not from the file: --mla-form (LoadedModel::set_mla_form)

@@ -22,10 +22,14 @@ class Forward {
   const ExpertStore& experts() const { return *experts_; }
   // One forward over every sequence's new tokens (models/model.h Model::forward).
   const std::vector<float>& run(std::vector<SeqInput>& batch);
+  // One forward of the MTP block over every sequence's draft rows (models/model.h Model::forward_draft).
+  const std::vector<float>& run_draft(std::vector<DraftInput>& batch);
   const std::vector<float>& hidden() const { return hidden_; }
 
  private:
   void layer(int il, const std::vector<Segment>& segs, int64_t n_rows);
+  // Final norm (norm_w) and LM head w over the rows in out_index_ (hidden rows: hid_index_); returns host logits.
+  const std::vector<float>& head(const Linear& w, const float* norm_w, int64_t n_rows);
 
   const Model& model_;
   backend::Backend& be_;
@@ -34,7 +38,7 @@ class Forward {
   const MoeParams moe_params_;
   TensorDump dump_;
   std::unique_ptr<ExpertStore> experts_;
-  Scratch x_, cur_, mix_, logits_dev_;
+  Scratch x_, cur_, mix_, logits_dev_, mtp_e_, mtp_h_, mtp_cat_;
   OutputNormScratch out_norm_;
   std::vector<int64_t> out_index_, hid_index_;
   std::vector<float> logits_, hidden_;

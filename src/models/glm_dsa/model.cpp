@@ -16,17 +16,22 @@ ModelInfo model_info(const Config& c) {
                 static_cast<long long>(c.idx_topk), static_cast<long long>(c.n_dense),
                 static_cast<long long>(c.n_expert), static_cast<long long>(c.n_expert_used));
   i.summary = s;
+  i.mtp_drafts = c.n_nextn > 0;  // from the header; the loaded model also needs the block's own indexer
   return i;
 }
 
 StateShape state_shape(const Config& c) {
-  StateShape s(static_cast<size_t>(c.n_layer));
-  for (int64_t i = 0; i < c.n_layer; ++i) {
-    LayerStateShape& l = s[static_cast<size_t>(i)];
+  StateShape s(static_cast<size_t>(c.n_layer + (c.n_nextn > 0 ? 1 : 0)));
+  for (size_t i = 0; i < s.size(); ++i) {
+    LayerStateShape& l = s[i];
     l.n_head_kv = 1;
     l.head_dim = c.kv_lora + c.rope;
-    l.v_dim = c.idx_full[static_cast<size_t>(i)] ? c.idx_dim : 0;
+    // The MTP block's layer (last, in the draft state) keeps indexer keys whenever the model has an indexer: it
+    // drafts only with one of its own (Weights::mtp_drafts).
+    const bool trunk = static_cast<int64_t>(i) < c.n_layer;
+    l.v_dim = (trunk ? c.idx_full[i] : c.idx_heads > 0) ? c.idx_dim : 0;
     l.plain_rows = true;
+    l.draft = !trunk;
   }
   return s;
 }
@@ -46,7 +51,8 @@ uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
   const int64_t moe = c.n_expert + 2 * c.n_expert_used + jobs * (D + 2 * F) + 2 * D + 1;
   // The dense layers' FFN scratch and the MoE layers' are separate buffers, both kept once grown.
   const int64_t ffn = (c.n_dense < c.n_layer ? moe : 0) + (c.n_dense > 0 ? 2 * c.n_ff : 0);
-  const int64_t per_row = 6 * D + mla + idx + ffn;
+  const int64_t draft = c.n_nextn > 0 ? 4 * D : 0;  // the MTP block's inputs: embeddings, hidden states, their concat
+  const int64_t per_row = 6 * D + mla + idx + ffn + draft;
   const int64_t logits = 2 * c.n_vocab * n_parallel;
   const int64_t expanded = mla_expanded_scratch_floats(c.mla(), c.idx_heads > 0 ? std::min(c.idx_topk, c.n_ctx_train)
                                                                                   : c.n_ctx_train);
@@ -56,7 +62,7 @@ uint64_t buffer_bytes(const Config& c, int64_t rows, int n_parallel) {
 WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool repack_experts) {
   WeightBytes w;
   const int64_t n_blocks = c.n_layer + (c.n_nextn > 0 ? 1 : 0);
-  w.expert_bytes.assign(static_cast<size_t>(c.n_layer), 0);  // the MTP block is not run: mapped, never streamed
+  w.expert_bytes.assign(static_cast<size_t>(n_blocks), 0);  // the trunk and the MTP block (streamed alike)
   for (const gguf::TensorInfo& t : f.tensors()) {
     const int64_t il = gguf::block_index(t.name);
     if (il >= n_blocks) continue;
@@ -65,7 +71,7 @@ WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool
     if (il == c.n_layer) w.mtp += bytes;
     if (il >= 0 && t.name.find("_exps.") != std::string_view::npos) {
       w.experts += bytes;
-      if (il < c.n_layer) w.expert_bytes[static_cast<size_t>(il)] += bytes / static_cast<uint64_t>(std::max<int64_t>(c.n_expert, 1));
+      w.expert_bytes[static_cast<size_t>(il)] += bytes / static_cast<uint64_t>(std::max<int64_t>(c.n_expert, 1));
     } else {
       w.dense += bytes;
     }
@@ -74,7 +80,9 @@ WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool
 }
 
 LoadedModel::LoadedModel(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be)
-    : m_(glm_dsa::Model::load(std::move(file), std::move(be))), info_(model_info(m_->config)) {}
+    : m_(glm_dsa::Model::load(std::move(file), std::move(be))), info_(model_info(m_->config)) {
+  info_.mtp_drafts = m_->weights.mtp_drafts;
+}
 
 RepackReport LoadedModel::repack(RepackScope scope) {
   if (fwd_) fail("internal: repack after start");
@@ -100,8 +108,9 @@ const std::vector<float>& LoadedModel::hidden() const {
   return fwd_->hidden();
 }
 
-const std::vector<float>& LoadedModel::forward_draft(std::vector<DraftInput>&) {
-  fail("%s: drafting with glm-dsa's MTP block is not implemented yet", m_->file->name().c_str());
+const std::vector<float>& LoadedModel::forward_draft(std::vector<DraftInput>& batch) {
+  if (!fwd_) fail("internal: forward_draft before start");
+  return fwd_->run_draft(batch);
 }
 
 }  // namespace tern::models::glm_dsa

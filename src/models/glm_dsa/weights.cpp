@@ -117,15 +117,21 @@ Weights Weights::load(const gguf::File& f, const Config& c, backend::Backend& be
   }
   if (w.has_mtp) {  // a full decoder layer (MLA with its own indexer, MoE) and the NextN projections
     const int64_t i = c.n_layer;
-    load_layer(L, c, i, L.has(blk(i, "indexer.attn_k.weight")), c.n_expert == 0, w.layers.back());
+    load_layer(L, c, i, L.has(blk(i, "indexer.attn_k.weight")), c.dense_block(i), w.layers.back());
     w.mtp.eh_proj = L.linear(blk(i, "nextn.eh_proj.weight"), {2 * c.n_embd, c.n_embd});
     w.mtp.enorm = L.vec(blk(i, "nextn.enorm.weight"), {c.n_embd});
     w.mtp.hnorm = L.vec(blk(i, "nextn.hnorm.weight"), {c.n_embd});
-    if (L.has(blk(i, "nextn.shared_head_norm.weight")))
-      w.mtp.head_norm = L.vec(blk(i, "nextn.shared_head_norm.weight"), {c.n_embd});
-    for (const char* opt : {"nextn.embed_tokens.weight", "nextn.shared_head_head.weight"})
-      if (L.has(blk(i, opt))) L.tensor(blk(i, opt), {c.n_embd, c.n_vocab});
-    log::info("%s: MTP (nextn) block loaded; drafting with it is not implemented for glm-dsa yet", f.name().c_str());
+    w.mtp.head_norm = L.has(blk(i, "nextn.shared_head_norm.weight"))
+                          ? L.vec(blk(i, "nextn.shared_head_norm.weight"), {c.n_embd})
+                          : w.output_norm;
+    w.mtp.embed = L.has(blk(i, "nextn.embed_tokens.weight")) ? L.linear(blk(i, "nextn.embed_tokens.weight"), {c.n_embd, c.n_vocab})
+                                                              : w.token_embd;
+    w.mtp.own_head = L.has(blk(i, "nextn.shared_head_head.weight"));
+    w.mtp.head = w.mtp.own_head ? L.linear(blk(i, "nextn.shared_head_head.weight"), {c.n_embd, c.n_vocab}) : w.output;
+    w.mtp_drafts = c.idx_heads == 0 || w.layers.back().mla.indexer.present();
+    if (!w.mtp_drafts)
+      log::info("%s: MTP (nextn) block loaded, not drafting: it has no indexer of its own to select its keys",
+                f.name().c_str());
   }
   w.unused = L.unused();
   if (!w.unused.empty())
@@ -171,7 +177,11 @@ RepackReport Model::repack(RepackScope scope) {
     if (experts)
       for (Linear* w : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) R.one(*w, true);
   }
-  if (weights.has_mtp) R.one(weights.mtp.eh_proj, true);
+  if (weights.has_mtp) {
+    R.one(weights.mtp.eh_proj, true);
+    if (weights.mtp.own_head) R.one(weights.mtp.head, true);
+    else weights.mtp.head = weights.output;  // the repacked head
+  }
   return R.report();
 }
 
@@ -179,8 +189,8 @@ ExpertLayout Model::expert_layout() const {
   ExpertLayout x;
   x.backend = backend.get();
   x.file = file.get();
-  for (int64_t i = 0; i < config.n_layer; ++i)  // the MTP block is not run: no slots for it
-    x.layers.push_back(config.dense_layer(i) ? nullptr : &weights.layers[static_cast<size_t>(i)].moe);
+  for (size_t i = 0; i < weights.layers.size(); ++i)  // the trunk, then the MTP block's layer when the file has one
+    x.layers.push_back(config.dense_block(static_cast<int64_t>(i)) ? nullptr : &weights.layers[i].moe);
   x.n_expert = config.n_expert;
   x.n_ff_exp = config.n_ff_exp;
   x.n_embd = config.n_embd;

@@ -24,10 +24,13 @@ struct LayerWeights {
   MoeWeights moe;  // the others
 };
 
-// The NextN (MTP) block at index n_layer: loaded and checked, not run yet (drafting is the MTP issue's).
+// The NextN (MTP) block at index n_layer (its decoder layer is Weights::layers.back()): h' = eh_proj([enorm(embed(t+1)),
+// hnorm(h_t)]), the layer, then head_norm and head give the draft's logits for t+2.
 struct MtpWeights {
   Linear eh_proj;                         // {2 * n_embd, n_embd}
-  backend::Floats enorm, hnorm, head_norm;
+  Linear embed, head;                     // nextn.embed_tokens / nextn.shared_head_head, else token_embd / output
+  bool own_head = false;                  // head is nextn.shared_head_head (else output, re-pointed after a repack)
+  backend::Floats enorm, hnorm, head_norm;  // head_norm: nextn.shared_head_norm, else output_norm
 };
 
 struct Weights {
@@ -35,6 +38,9 @@ struct Weights {
   backend::Floats output_norm;
   std::vector<LayerWeights> layers;  // [n_layer], then the MTP block's decoder layer when the file has one
   bool has_mtp = false;
+  // Whether the MTP block can draft: it has its own indexer, or the model has none (a block that shared an earlier
+  // layer's top-k would have no layer in the draft pass to take it from).
+  bool mtp_drafts = false;
   MtpWeights mtp;
   std::vector<std::string> unused;
   std::vector<std::unique_ptr<backend::Buffer>> owned;  // matrices built at load (the key expansions)
