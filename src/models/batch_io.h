@@ -1,10 +1,12 @@
 // The parts of a forward every architecture shares around its layers: checking a batch before any state is touched,
-// embedding its tokens into rows with one segment per sequence, and choosing which rows get logits and hidden states.
+// embedding its tokens into rows with one segment per sequence, and choosing which rows get logits and hidden states;
+// and the same for an MTP draft block's batch (Model::forward_draft).
 #pragma once
 #include <vector>
 
 #include "models/blocks/batch.h"
 #include "models/blocks/linear.h"
+#include "models/dump.h"
 #include "models/model.h"
 
 namespace tern::models {
@@ -32,5 +34,29 @@ struct OutputNormScratch {
 float* norm_output_rows(backend::Backend& be, const float* x, int64_t n_rows, int64_t n_embd, const float* norm_w,
                         float eps, const std::vector<int64_t>& logits_rows, const std::vector<int64_t>& hidden_rows,
                         OutputNormScratch& s, std::vector<float>& hidden);
+
+// A DeepSeek-V3-style MTP (NextN) block's weights around its decoder layer.
+struct MtpInputWeights {
+  const Linear* embed = nullptr;    // {n_embd, n_vocab}
+  const Linear* eh_proj = nullptr;  // {2 * n_embd, n_embd}
+  const float* enorm = nullptr;     // [n_embd]
+  const float* hnorm = nullptr;     // [n_embd]
+};
+struct MtpInputScratch {
+  Scratch e, h, cat;
+};
+
+// Checks a draft batch like check_batch (and each row's hidden state, the draft state and its context), touching no
+// state; then writes the block's input rows x [n_rows, n_embd] = eh_proj([enorm(embed(token)) ; hnorm(hidden)]),
+// begins each draft state's forward and returns one segment per sequence over its draft state. Dumps mtp_enorm,
+// mtp_hnorm and mtp_eh_proj at layer index `il`. `n_rows` gets the batch's row count.
+std::vector<Segment> mtp_input_rows(backend::Backend& be, const MtpInputWeights& w, std::vector<DraftInput>& batch,
+                                    int64_t n_embd, int64_t n_vocab, float eps, int il, const TensorDump& dump,
+                                    MtpInputScratch& s, Scratch& x, int64_t& n_rows);
+
+// The draft rows that get logits (all of a sequence's or its last); every row's hidden state is kept (a chained
+// draft's input).
+void draft_output_rows(const std::vector<DraftInput>& batch, const std::vector<Segment>& segs, int64_t n_rows,
+                       std::vector<int64_t>& logits_rows, std::vector<int64_t>& hidden_rows);
 
 }  // namespace tern::models

@@ -38,8 +38,9 @@ class Forward {
   const MoeParams moe_params_;
   TensorDump dump_;
   std::unique_ptr<ExpertStore> experts_;
-  Scratch x_, cur_, mix_, logits_dev_, mtp_e_, mtp_h_, mtp_cat_;
+  Scratch x_, cur_, mix_, logits_dev_;
   OutputNormScratch out_norm_;
+  MtpInputScratch mtp_in_;
   std::vector<int64_t> out_index_, hid_index_;
   std::vector<float> logits_, hidden_;
   MlaScratch mla_;

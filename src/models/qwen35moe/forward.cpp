@@ -121,58 +121,16 @@ const std::vector<float>& Forward::head(const Linear& w, const float* norm_w, in
 const std::vector<float>& Forward::run_draft(std::vector<DraftInput>& batch) {
   const int64_t D = c_.n_embd, V = c_.n_vocab;
   if (!model_.weights.has_mtp) fail("this model has no MTP block to draft with");
-  if (batch.empty()) fail("draft forward: empty batch");
-  int64_t n_rows = 0;
-  for (const DraftInput& s : batch) {
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    if (n == 0) fail("draft forward: a sequence has no rows");
-    if (static_cast<int64_t>(s.hidden.size()) != n * D)
-      fail("draft forward: %lld tokens but %zu hidden values (expected %lld)", static_cast<long long>(n),
-           s.hidden.size(), static_cast<long long>(n * D));
-    SequenceState* ds = s.state->draft();
-    if (!ds) fail("draft forward: the sequence state has no draft state (made for another model?)");
-    if (ds->n_past() + n > ds->n_ctx())
-      fail("context overflow (draft): %lld rows + %lld new > context size %lld", static_cast<long long>(ds->n_past()),
-           static_cast<long long>(n), static_cast<long long>(ds->n_ctx()));
-    for (int32_t t : s.tokens)
-      if (t < 0 || t >= V) fail("token id %d is out of range (vocabulary size %lld)", t, static_cast<long long>(V));
-    n_rows += n;
-  }
   const MtpWeights& m = model_.weights.mtp;
   const int il = static_cast<int>(c_.n_layer);
-  std::vector<Segment> segs;
-  float* e = mtp_e_.grow<float>(be_, n_rows * D);
-  std::vector<float> h_host(static_cast<size_t>(n_rows * D));
-  int64_t row = 0;
-  for (DraftInput& s : batch) {
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    s.state->draft()->begin_forward(n);
-    segs.push_back({s.state->draft(), row, n});
-    be_.get_rows(m.embed, s.tokens.data(), n, e + row * D);
-    std::copy(s.hidden.begin(), s.hidden.end(), h_host.begin() + row * D);
-    row += n;
-  }
-  float* h = mtp_h_.upload(be_, h_host.data(), n_rows * D);
-  be_.rms_norm(e, m.enorm.data(), e, n_rows, D, c_.rms_eps);
-  be_.rms_norm(h, m.hnorm.data(), h, n_rows, D, c_.rms_eps);
-  dump_("mtp_enorm", il, e, {n_rows, D});
-  dump_("mtp_hnorm", il, h, {n_rows, D});
-  float* cat = mtp_cat_.grow<float>(be_, n_rows * 2 * D);
-  be_.concat_rows(e, D, h, D, n_rows, cat);
-  float* x = x_.grow<float>(be_, n_rows * D);
-  be_.matmul(m.eh_proj, cat, n_rows, x);
-  dump_("mtp_eh_proj", il, x, {n_rows, D});
+  int64_t n_rows = 0;
+  const std::vector<Segment> segs =
+      mtp_input_rows(be_, {&m.embed, &m.eh_proj, m.enorm.data(), m.hnorm.data()}, batch, D, V, c_.rms_eps, il, dump_,
+                     mtp_in_, x_, n_rows);
   layer(il, segs, n_rows);
   for (const Segment& sg : segs) sg.state->advance(sg.n_tokens);
 
-  out_index_.clear();
-  hid_index_.clear();
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const Segment& sg = segs[i];
-    const int64_t first = batch[i].all_logits ? 0 : sg.n_tokens - 1;
-    for (int64_t t = first; t < sg.n_tokens; ++t) out_index_.push_back(sg.row0 + t);
-  }
-  for (int64_t r = 0; r < n_rows; ++r) hid_index_.push_back(r);
+  draft_output_rows(batch, segs, n_rows, out_index_, hid_index_);
   const bool sub = m.head_sub.present();
   TERN_PROFILE(prof_head, "mtp.head", sub ? m.head_sub.bytes() : m.head.bytes());
   return sub ? head(m.head_sub, m.head_norm.data(), n_rows, true, &m.vocab) : head(m.head, m.head_norm.data(), n_rows, true);

@@ -52,8 +52,9 @@ class Forward {
   const std::vector<float>& head(const Linear& head, const float* norm_w, int64_t n_rows, bool keep_hidden,
                                  const std::vector<int32_t>* vocab = nullptr);
 
-  Scratch x_, cur_, mix_, logits_dev_, mtp_e_, mtp_h_, mtp_cat_;
+  Scratch x_, cur_, mix_, logits_dev_;
   OutputNormScratch out_norm_;
+  MtpInputScratch mtp_in_;
   std::vector<int64_t> out_index_;  // host: batch rows that get logits
   std::vector<int64_t> hid_index_;  // host: batch rows whose hidden state is kept
   std::vector<float> logits_;       // host copy of the logits
