@@ -78,7 +78,7 @@ const std::vector<float>& Forward::head(const Linear& w, const float* norm_w, in
   return logits_;
 }
 
-// The MTP block (contract section 4's NextN): row r of a sequence pairs token t+1 with the hidden state h_t (the
+// The MTP block (contract section 10, NextN): row r of a sequence pairs token t+1 with the hidden state h_t (the
 // trunk's final-normed row, or this block's own normed output for a chained draft); x = eh_proj([enorm(embed(t+1)),
 // hnorm(h_t)]) runs through the block's decoder layer over the sequence's draft state (its own latent cache and
 // indexer keys, its own positions), then shared_head_norm and the head. Every row's normed output is kept as hidden().
