@@ -543,3 +543,52 @@ TEST(GlmMtp, DraftLogitsEqualTheBlockRunAsAOneLayerModel) {
   for (int64_t r = 0; r < L - 1; ++r)
     EXPECT_EQ(runtime::argmax(got.data() + r * V, V), runtime::argmax(want.data() + r * V, V)) << "draft row " << r + 1;
 }
+
+// Whether the MTP block drafts is known from the file alone (Config::mtp_drafts), so `tern info` and the planner say
+// what the loaded model does: glm5-toy's block has its own indexer and drafts; the same file without the block's
+// indexer tensors (a model with an indexer whose block would share one) loads and does not draft, and says so.
+TEST(GlmMtp, WhetherTheBlockDraftsIsKnownFromTheFile) {
+  const fs::path src = kModels / "glm5-toy.f16.gguf";
+  if (!fs::exists(src)) GTEST_SKIP() << "missing " << src;
+  const gguf::File f = gguf::File::open(src.string());
+  EXPECT_TRUE(models::describe_model(f)->info().mtp_drafts);
+  EXPECT_TRUE(load(src, false)->can_draft());
+
+  gguf::Writer w;
+  for (const gguf::Value& kv : f.metadata()) {
+    const std::string k(kv.key());
+    if (!k.starts_with("glm-dsa.") && k != "general.architecture") continue;
+    switch (kv.type()) {
+      case gguf::ValueType::U32: w.add_u32(k, kv.as_u32()); break;
+      case gguf::ValueType::F32: w.add_f32(k, kv.as_f32()); break;
+      case gguf::ValueType::Bool: w.add_bool(k, kv.as_bool()); break;
+      case gguf::ValueType::String: w.add_str(k, kv.as_str()); break;
+      case gguf::ValueType::Array: {  // indexer.types: booleans
+        std::vector<bool> v(static_cast<size_t>(kv.array_size()));
+        for (uint64_t i = 0; i < kv.array_size(); ++i) v[i] = kv.array_i64(i) != 0;
+        w.add_array(k, v);
+        break;
+      }
+      default: FAIL() << "glm5-toy key " << k << " of an unexpected type";
+    }
+  }
+  int dropped = 0;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const std::string n(t.name);
+    if (n.starts_with("blk.3.indexer.")) {
+      ++dropped;
+      continue;
+    }
+    w.add_tensor_view(n, t.type, std::vector<int64_t>(t.ne, t.ne + std::max<uint32_t>(t.n_dims, 1)),
+                      {t.data, static_cast<size_t>(t.n_bytes)});
+  }
+  ASSERT_GT(dropped, 0);
+  const fs::path out = fs::temp_directory_path() / ("tern-glm5-mtp-no-indexer-" + std::to_string(::getpid()) + ".gguf");
+  w.write(out.string());
+  const gguf::File g = gguf::File::open(out.string());
+  EXPECT_FALSE(models::describe_model(g)->info().mtp_drafts);
+  auto m = load(out, false);
+  fs::remove(out);
+  EXPECT_FALSE(m->can_draft());
+  EXPECT_FALSE(m->info().mtp_drafts);
+}

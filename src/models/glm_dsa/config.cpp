@@ -107,6 +107,8 @@ Config Config::from_gguf(const gguf::File& f) {
     fail("%s: key %s: layer 0 must run its own indexer (a shared layer reuses an earlier layer's choice)",
          f.name().c_str(), r.key("attention.indexer.types").c_str());
 
+  c.mtp_own_indexer = c.n_nextn > 0 && f.find_tensor(blk(c.n_layer, "indexer.attn_k.weight")) != nullptr;
+
   c.n_dense = r.opt("leading_dense_block_count", 0, 0, c.n_layer);
   if (c.n_dense > 0) c.n_ff = r.req("feed_forward_length", 1, kMaxWidth);
   if (c.n_dense < c.n_layer || c.n_nextn > 0) {

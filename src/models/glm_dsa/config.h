@@ -24,6 +24,7 @@ struct Config {
   // The indexer.
   int64_t idx_heads = 0, idx_dim = 0, idx_topk = 0;
   std::vector<bool> idx_full;  // [n_layer]: the layer runs its own indexer (else reuses the last full layer's top-k)
+  bool mtp_own_indexer = false;  // the MTP block has indexer tensors of its own (from the file's tensor table)
 
   // FFN: the first n_dense layers dense (width n_ff), then MoE.
   int64_t n_dense = 0, n_ff = 0;
@@ -36,6 +37,9 @@ struct Config {
   // dense_layer for the trunk; the MTP block's layer (il == n_layer) is an MoE layer unless the model has no experts.
   bool dense_block(int64_t il) const { return il < n_layer ? dense_layer(il) : n_expert == 0; }
   int64_t n_full_indexer_layers() const;
+  // The MTP block drafts when the model has no indexer or the block has its own: a block that would share one (a
+  // GLM-5.2 layout could) has no earlier layer in the draft pass to take a top-k from.
+  bool mtp_drafts() const { return n_nextn > 0 && (idx_heads == 0 || mtp_own_indexer); }
 
   MlaForm mla_form = MlaForm::kAuto;  // not from the file: --mla-form (LoadedModel::set_mla_form)
   MlaParams mla() const;

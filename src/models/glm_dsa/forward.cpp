@@ -84,7 +84,7 @@ const std::vector<float>& Forward::head(const Linear& w, const float* norm_w, in
 // indexer keys, its own positions), then shared_head_norm and the head. Every row's normed output is kept as hidden().
 const std::vector<float>& Forward::run_draft(std::vector<DraftInput>& batch) {
   const int64_t D = c_.n_embd, V = c_.n_vocab;
-  if (!model_.weights.mtp_drafts)
+  if (!model_.config.mtp_drafts())
     fail(model_.weights.has_mtp ? "this model's MTP block cannot draft (it has no indexer of its own)"
                                 : "this model has no MTP block to draft with");
   const MtpWeights& m = model_.weights.mtp;

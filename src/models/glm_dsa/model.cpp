@@ -16,7 +16,7 @@ ModelInfo model_info(const Config& c) {
                 static_cast<long long>(c.idx_topk), static_cast<long long>(c.n_dense),
                 static_cast<long long>(c.n_expert), static_cast<long long>(c.n_expert_used));
   i.summary = s;
-  i.mtp_drafts = c.n_nextn > 0;  // from the header; the loaded model also needs the block's own indexer
+  i.mtp_drafts = c.mtp_drafts();
   return i;
 }
 
@@ -27,7 +27,7 @@ StateShape state_shape(const Config& c) {
     l.n_head_kv = 1;
     l.head_dim = c.kv_lora + c.rope;
     // The MTP block's layer (last, in the draft state) keeps indexer keys whenever the model has an indexer: it
-    // drafts only with one of its own (Weights::mtp_drafts).
+    // drafts only with one of its own (Config::mtp_drafts).
     const bool trunk = static_cast<int64_t>(i) < c.n_layer;
     l.v_dim = (trunk ? c.idx_full[i] : c.idx_heads > 0) ? c.idx_dim : 0;
     l.plain_rows = true;
@@ -80,9 +80,7 @@ WeightBytes weight_bytes(const gguf::File& f, const Config& c, bool repack, bool
 }
 
 LoadedModel::LoadedModel(std::unique_ptr<gguf::File> file, std::unique_ptr<backend::Backend> be)
-    : m_(glm_dsa::Model::load(std::move(file), std::move(be))), info_(model_info(m_->config)) {
-  info_.mtp_drafts = m_->weights.mtp_drafts;
-}
+    : m_(glm_dsa::Model::load(std::move(file), std::move(be))), info_(model_info(m_->config)) {}
 
 RepackReport LoadedModel::repack(RepackScope scope) {
   if (fwd_) fail("internal: repack after start");

@@ -52,7 +52,7 @@ class LoadedModel : public models::Model {
   void start(TensorDump dump, int64_t expert_slots) override;
   const std::vector<float>& forward(std::vector<SeqInput>& batch) override;
   const std::vector<float>& hidden() const override;
-  bool can_draft() const override { return m_->weights.mtp_drafts; }
+  bool can_draft() const override { return m_->config.mtp_drafts(); }
   const std::vector<float>& forward_draft(std::vector<DraftInput>& batch) override;
   bool experts_streamed() const override { return fwd_ && fwd_->experts().streamed(); }
   int64_t expert_slots() const override { return fwd_ ? fwd_->experts().slots() : 0; }

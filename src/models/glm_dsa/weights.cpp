@@ -117,7 +117,7 @@ Weights Weights::load(const gguf::File& f, const Config& c, backend::Backend& be
   }
   if (w.has_mtp) {  // a full decoder layer (MLA with its own indexer, MoE) and the NextN projections
     const int64_t i = c.n_layer;
-    load_layer(L, c, i, L.has(blk(i, "indexer.attn_k.weight")), c.dense_block(i), w.layers.back());
+    load_layer(L, c, i, c.mtp_own_indexer, c.dense_block(i), w.layers.back());
     w.mtp.eh_proj = L.linear(blk(i, "nextn.eh_proj.weight"), {2 * c.n_embd, c.n_embd});
     w.mtp.enorm = L.vec(blk(i, "nextn.enorm.weight"), {c.n_embd});
     w.mtp.hnorm = L.vec(blk(i, "nextn.hnorm.weight"), {c.n_embd});
@@ -128,8 +128,7 @@ Weights Weights::load(const gguf::File& f, const Config& c, backend::Backend& be
                                                               : w.token_embd;
     w.mtp.own_head = L.has(blk(i, "nextn.shared_head_head.weight"));
     w.mtp.head = w.mtp.own_head ? L.linear(blk(i, "nextn.shared_head_head.weight"), {c.n_embd, c.n_vocab}) : w.output;
-    w.mtp_drafts = c.idx_heads == 0 || w.layers.back().mla.indexer.present();
-    if (!w.mtp_drafts)
+    if (!c.mtp_drafts())
       log::info("%s: MTP (nextn) block loaded, not drafting: it has no indexer of its own to select its keys",
                 f.name().c_str());
   }

@@ -38,9 +38,6 @@ struct Weights {
   backend::Floats output_norm;
   std::vector<LayerWeights> layers;  // [n_layer], then the MTP block's decoder layer when the file has one
   bool has_mtp = false;
-  // Whether the MTP block can draft: it has its own indexer, or the model has none (a block that shared an earlier
-  // layer's top-k would have no layer in the draft pass to take it from).
-  bool mtp_drafts = false;
   MtpWeights mtp;
   std::vector<std::string> unused;
   std::vector<std::unique_ptr<backend::Buffer>> owned;  // matrices built at load (the key expansions)
