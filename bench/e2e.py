@@ -256,9 +256,16 @@ def llama_bench(args, exe, path, n_prompt, n_gen, depth):
 
 
 def tests(args):
-    """(kind, n_prompt, n_gen, depth, name) in llama-bench's naming."""
-    return [("pp", args.n_prompt, 0, 0, f"pp{args.n_prompt}"), ("tg", 0, args.n_gen, 0, f"tg{args.n_gen}"),
-            ("tg", 0, args.n_gen, args.depth, f"tg{args.n_gen} @ d{args.depth}")]
+    """(kind, n_prompt, n_gen, depth, name) in llama-bench's naming; --tests picks pp, tg and/or tgd."""
+    every = {"pp": ("pp", args.n_prompt, 0, 0, f"pp{args.n_prompt}"), "tg": ("tg", 0, args.n_gen, 0, f"tg{args.n_gen}"),
+             "tgd": ("tg", 0, args.n_gen, args.depth, f"tg{args.n_gen} @ d{args.depth}")}
+    return [every[k] for k in every if k in args.tests]
+
+
+def probe_bw(args, threads=None):
+    """The memory read bandwidth now (tern_membw, best of 5): the host's bandwidth moves by 30% over a day on a
+    shared VM, so each decode test is judged against probes taken right before and after it, not one at the start."""
+    return run_json([args.membw, "-t", str(threads or args.threads), "-r", "5", "--json"])["read_gbs_best"]
 
 
 def run_model(args, path, llama, bw_gbs, int8_gmacs):
@@ -267,7 +274,9 @@ def run_model(args, path, llama, bw_gbs, int8_gmacs):
     for kind, n_prompt, n_gen, depth, name in tests(args):
         busy_tern = wait_quiet(args)
         load_tern = loadavg()
+        bw_before = probe_bw(args) if kind == "tg" else None
         t = tern_bench(args, path, n_prompt, n_gen, depth)
+        bw_after = probe_bw(args) if kind == "tg" else None
         if t["test"] != name:
             sys.exit(f"error: tern bench named the test {t['test']!r}, expected {name!r}")
         busy_llama = wait_quiet(args)
@@ -278,8 +287,12 @@ def run_model(args, path, llama, bw_gbs, int8_gmacs):
                "llama_samples": lb["samples"], "ratio": t["tok_s"] / lb["tok_s"], "load_tern": load_tern,
                "load_llama": load_llama, "busy_tern": busy_tern, "busy_llama": busy_llama}
         if kind == "tg":
+            # The roofline of this test: the better of the probes either side of tern's run (the start-of-run
+            # figure bw_gbs stays in the header; llama.cpp's run follows tern's, its share of the same window).
             b = decode_bytes(g, n_gen, depth)
-            row.update(roof="bandwidth", bytes_per_token=b, roof_tok_s=bw_gbs * 1e9 / b["total"])
+            bw_row = max(bw_before, bw_after)
+            row.update(roof="bandwidth", bytes_per_token=b, bw_gbs=bw_row, bw_before=bw_before, bw_after=bw_after,
+                       roof_tok_s=bw_row * 1e9 / b["total"])
         else:
             macs = prefill_macs(g, n_prompt)
             row.update(roof="int8", macs_per_token=macs, roof_tok_s=int8_gmacs * 1e9 / macs)
@@ -297,7 +310,11 @@ def scaling(args, path, llama, bw, bw1):
     row = {"model": os.path.basename(path), "bw_ratio": bw / bw1}
     for kind, n_prompt, n_gen in (("pp", args.n_prompt, 0), ("tg", 0, args.n_gen)):
         one = tern_bench(args, path, n_prompt, n_gen, 0, threads=1)["tok_s"]
+        if kind == "tg":  # the bandwidth ratio from probes beside these two runs, not the start-of-run pair
+            bw1_now = probe_bw(args, threads=1)
         full = tern_bench(args, path, n_prompt, n_gen, 0)["tok_s"]
+        if kind == "tg":
+            row["bw_ratio"] = probe_bw(args) / bw1_now
         row[kind] = {"t1": one, "tN": full, "ratio": full / one}
     quiet = {"tern": row["tg"]["tN"], "llama": llama_bench(args, llama["llama-bench"], path, 0, args.n_gen, 0)["tok_s"]}
     busy = {}
@@ -330,8 +347,10 @@ def per_layer(results, layers, name, bw_gbs):
             continue
         dl = hi - lo
         bytes_layer = (b["tests"][name]["bytes_per_token"]["total"] - a["tests"][name]["bytes_per_token"]["total"]) / dl
-        floor_ms = bytes_layer / (bw_gbs * 1e9) * 1e3
-        row = {"bytes_per_layer": bytes_layer, "floor_ms": floor_ms}
+        # the mean of the two tests' own probes (each test's roofline bandwidth), else the start-of-run figure
+        bw = (a["tests"][name].get("bw_gbs", bw_gbs) + b["tests"][name].get("bw_gbs", bw_gbs)) / 2
+        floor_ms = bytes_layer / (bw * 1e9) * 1e3
+        row = {"bytes_per_layer": bytes_layer, "floor_ms": floor_ms, "bw_gbs": bw}
         for eng in ("tern", "llama"):
             ms = (1 / b["tests"][name][eng] - 1 / a["tests"][name][eng]) / dl * 1e3
             row[f"{eng}_ms"] = ms
@@ -355,6 +374,9 @@ def markdown(meta, results, layer_rows, args):
         f"{meta['loadavg_end']} at the end; the load column is the 1-minute load right before each engine's run."
         + (" **--small models (32 experts, 4096-token vocabulary): a smoke run, not the real model.**"
            if args.small else ""), "",
+        "Decode rooflines use the bandwidth probed right before and after tern's run of that test (the better of "
+        "the two, both in brackets; the host's bandwidth moves through the day), the figure above only where a "
+        "test has none.", "",
         "| model | test | load tern / llama.cpp (busy CPUs before) | tern tok/s | llama.cpp tok/s | tern/llama.cpp | roofline | "
         "roof tok/s | tern of roof | llama.cpp of roof |",
         "|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
@@ -363,7 +385,9 @@ def markdown(meta, results, layer_rows, args):
             t = r["tests"].get(name)
             if not t:
                 continue
-            roof = (f"{t['bytes_per_token']['total'] / 1e6:.0f} MB/tok at {meta['bandwidth_gbs']:.1f} GB/s"
+            probes = (f" ({min(t['bw_before'], t['bw_after']):.1f}-{max(t['bw_before'], t['bw_after']):.1f})"
+                      if t.get("bw_before") else "")
+            roof = (f"{t['bytes_per_token']['total'] / 1e6:.0f} MB/tok at {t.get('bw_gbs', meta['bandwidth_gbs']):.1f}{probes} GB/s"
                     if t["roof"] == "bandwidth" else
                     f"{t['macs_per_token'] / 1e9:.3f} GMAC/tok at {peak['int8_gmacs']:.0f} GMAC/s")
             lines.append(f"| {r['model'].removesuffix('.gguf')} | {name} | {t['load_tern'].split()[0]} / "
@@ -403,15 +427,16 @@ def markdown(meta, results, layer_rows, args):
         lines += ["", f"Per-layer decode cost ({name}; ({max(args.layers)}-layer − {min(args.layers)}-layer time "
                   f"per token) / {max(args.layers) - min(args.layers)}) against its bandwidth floor (the bytes one "
                   "more layer adds per token / bandwidth):", "",
-                  "| type | MB/layer | floor ms | tern ms | tern / floor | llama.cpp ms | llama.cpp / floor |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+                  "| type | MB/layer | bandwidth | floor ms | tern ms | tern / floor | llama.cpp ms | llama.cpp / floor |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for qtype, x in rows.items():
-            lines.append(f"| {qtype} | {x['bytes_per_layer'] / 1e6:.1f} | {x['floor_ms']:.3f} | {x['tern_ms']:.3f} | "
+            lines.append(f"| {qtype} | {x['bytes_per_layer'] / 1e6:.1f} | {x.get('bw_gbs', 0):.1f} GB/s | {x['floor_ms']:.3f} | {x['tern_ms']:.3f} | "
                          f"{x['tern_vs_floor']:.2f} | {x['llama_ms']:.3f} | {x['llama_vs_floor']:.2f} |")
     for x in meta.get("scaling", []):
         if x is meta["scaling"][0]:
-            lines += ["", f"Thread scaling (tern, 1 vs {args.threads} threads; memory bandwidth "
-                      f"{meta['bandwidth_gbs_1t']:.2f} vs {meta['bandwidth_gbs']:.2f} GB/s) and decode beside one busy "
+            lines += ["", f"Thread scaling (tern, 1 vs {args.threads} threads; the bandwidth speed-up from probes "
+                      f"beside the two decode runs; at the start {meta['bandwidth_gbs_1t']:.2f} vs "
+                      f"{meta['bandwidth_gbs']:.2f} GB/s) and decode beside one busy "
                       "process (a spin loop started before the run; same threads):", "",
                       f"| model | pp{args.n_prompt} 1t | {args.threads}t | speed-up | tg{args.n_gen} 1t | "
                       f"{args.threads}t | speed-up | bandwidth speed-up | tern busy / quiet | llama.cpp busy / quiet |",
@@ -477,6 +502,8 @@ def main():
                     help="tern's kernels (tern bench --isa) and the int8 peak the prefill roofline uses; pair with "
                          "--llama-bin from `bash bench/build_llamacpp.sh --isa avx2` to compare the AVX2 code paths "
                          "of both engines on an AVX-512 CPU (default: each engine's best)")
+    ap.add_argument("--tests", default="pp,tg,tgd",
+                    help="which tests: pp (prefill), tg (decode), tgd (decode at depth -d)")
     ap.add_argument("--no-scaling", action="store_true",
                     help="skip the 1-thread and busy-neighbour runs (done on the largest model of each type)")
     args = ap.parse_args()
@@ -487,6 +514,9 @@ def main():
         args.layers = "4" if glm else "4,8"
     if glm and args.small:
         ap.error("--small is for qwen35moe only")
+    args.tests = [t for t in args.tests.split(",") if t]
+    if not args.tests or any(t not in ("pp", "tg", "tgd") for t in args.tests):
+        ap.error("--tests: comma-separated, from pp,tg,tgd")
     types = [t for t in args.types.split(",") if t]
     bad = [t for t in types if t not in TYPES]
     if bad or not types:
