@@ -107,7 +107,8 @@ std::vector<Segment> mtp_input_rows(backend::Backend& be, const MtpInputWeights&
   }
   std::vector<Segment> segs;
   float* e = s.e.grow<float>(be, n_rows * D);
-  std::vector<float> h_host(static_cast<size_t>(n_rows * D));
+  std::vector<float>& h_host = s.h_host;
+  h_host.resize(static_cast<size_t>(n_rows * D));
   int64_t row = 0;
   for (DraftInput& d : batch) {
     const int64_t n = static_cast<int64_t>(d.tokens.size());

@@ -44,6 +44,7 @@ struct MtpInputWeights {
 };
 struct MtpInputScratch {
   Scratch e, h, cat;
+  std::vector<float> h_host;  // the rows' hidden states, gathered for one upload (kept across draft steps)
 };
 
 // Checks a draft batch like check_batch (and each row's hidden state, the draft state and its context), touching no
