@@ -116,6 +116,9 @@ HParams read_glm_hparams(const OJson& h, const std::string& file) {
   HParams p;
   p.arch = "glm-dsa";
   p.n_layer = req_int(h, "num_hidden_layers", file);
+  if (p.n_layer > int64_t{gguf::kMaxLayers})
+    fail("%s: num_hidden_layers %lld is more than a GGUF file may hold (%u)", file.c_str(),
+         static_cast<long long>(p.n_layer), gguf::kMaxLayers);
   p.n_embd = req_int(h, "hidden_size", file);
   p.n_vocab = req_int(h, "vocab_size", file);
   p.n_head = req_int(h, "num_attention_heads", file);
@@ -127,7 +130,11 @@ HParams read_glm_hparams(const OJson& h, const std::string& file) {
   p.n_expert = req_int(h, "n_routed_experts", file);
   p.n_expert_used = req_int(h, "num_experts_per_tok", file);
   p.n_ff_exp = req_int(h, "moe_intermediate_size", file);
-  p.n_ff_shexp = p.n_ff_exp * opt_int(h, "n_shared_experts", 0, 0, file);
+  const int64_t n_shared = opt_int(h, "n_shared_experts", 0, 0, file);
+  if (n_shared > 0 && p.n_ff_exp > (int64_t{1} << 40) / n_shared)
+    fail("%s: moe_intermediate_size x n_shared_experts (%lld x %lld) is out of range", file.c_str(),
+         static_cast<long long>(p.n_ff_exp), static_cast<long long>(n_shared));
+  p.n_ff_shexp = p.n_ff_exp * n_shared;
   if (!h.contains("q_lora_rank") || h["q_lora_rank"].is_null())
     fail("%s: q_lora_rank is null (an uncompressed q_proj); glm-dsa needs the low-rank query path", file.c_str());
   p.q_lora = req_int(h, "q_lora_rank", file);
@@ -204,9 +211,12 @@ OJson glm_autoconfig(const OJson& raw) {
   }
   for (auto& [k, v] : kDefaults.items())
     if (!h.contains(k)) h[k] = v;
+  // An integer key or d; clamped to +-2^40 (what read_glm_hparams accepts) so the sums below cannot overflow: a
+  // value beyond is refused there with its name.
   auto num = [&](const char* k, int64_t d) {
     const auto it = h.find(k);
-    return it != h.end() && it->is_number_integer() ? it->get<int64_t>() : d;
+    const int64_t v = it != h.end() && it->is_number_integer() ? it->get<int64_t>() : d;
+    return std::clamp<int64_t>(v, -(int64_t{1} << 40), int64_t{1} << 40);
   };
   // __post_init__.
   if (!h.contains("indexer_types") || h["indexer_types"].is_null()) {
@@ -218,7 +228,9 @@ OJson glm_autoconfig(const OJson& raw) {
       types = pat;
     } else {
       const int64_t freq = std::max<int64_t>(num("index_topk_freq", 1), 1), off = num("index_skip_topk_offset", 2);
-      for (int64_t i = 0; i < num("num_hidden_layers", 0); ++i)
+      // More layers than a GGUF may hold are refused by read_glm_hparams (indexer_types then lists none).
+      const int64_t n_layer = num("num_hidden_layers", 0) <= int64_t{gguf::kMaxLayers} ? num("num_hidden_layers", 0) : 0;
+      for (int64_t i = 0; i < n_layer; ++i)
         types.push_back(std::max<int64_t>(i - off + 1, 0) % freq == 0 ? "full" : "shared");
     }
     h["indexer_types"] = types;
@@ -239,30 +251,47 @@ OJson glm_autoconfig(const OJson& raw) {
   return h;
 }
 
-Checkpoint Checkpoint::open(const std::string& dir) {
-  Checkpoint c;
-  c.dir = dir;
-  const std::string cfg = dir + "/config.json";
-  OJson top = read_json_file(cfg);
-  if (!top.is_object()) fail("%s: not a JSON object", cfg.c_str());
-  const std::string mt = top.value("model_type", std::string());
+namespace {
+HParams parse_config_checked(const OJson& top, const std::string& file, OJson* hparams_out) {
+  if (!top.is_object()) fail("%s: not a JSON object", file.c_str());
+  const auto mt_it = top.find("model_type");
+  const std::string mt = mt_it != top.end() && mt_it->is_string() ? mt_it->get<std::string>() : std::string();
   const bool dense = mt == "qwen3_5" || mt == "qwen3_5_text";
   const bool glm = mt == "glm_moe_dsa";
   if (mt != "qwen3_5_moe" && mt != "qwen3_5_moe_text" && !dense && mt != "qwen3_next" && !glm)
     fail("%s: model_type '%s' is not supported (supported: qwen3_5_moe, qwen3_5_moe_text, qwen3_5, qwen3_5_text, "
-         "qwen3_next, glm_moe_dsa)", cfg.c_str(), mt.c_str());
-  c.config_json = top;
-  c.hparams = top;
-  if (top.contains("text_config") && top["text_config"].is_object())
-    for (auto& [k, v] : top["text_config"].items()) c.hparams[k] = v;
+         "qwen3_next, glm_moe_dsa)", file.c_str(), mt.c_str());
+  OJson hparams = top;
+  if (const auto tc = top.find("text_config"); tc != top.end() && tc->is_object())
+    for (auto& [k, v] : tc->items()) hparams[k] = v;
+  HParams hp;
   if (glm) {
-    c.hparams = glm_autoconfig(c.hparams);
-    c.hp = read_glm_hparams(c.hparams, cfg);
+    hparams = glm_autoconfig(hparams);
+    hp = read_glm_hparams(hparams, file);
   } else {
-    c.hp = read_hparams(c.hparams, cfg, dense);
+    hp = read_hparams(hparams, file, dense);
   }
-  c.hp.model_type = mt;
-  if (mt == "qwen3_next") c.hp.arch = "qwen3next";
+  hp.model_type = mt;
+  if (mt == "qwen3_next") hp.arch = "qwen3next";
+  if (hparams_out) *hparams_out = std::move(hparams);
+  return hp;
+}
+}  // namespace
+
+HParams parse_config(const OJson& top, const std::string& file, OJson* hparams_out) {
+  try {
+    return parse_config_checked(top, file, hparams_out);
+  } catch (const nlohmann::json::exception& e) {  // a value of another JSON type than the key takes
+    fail("%s: %s", file.c_str(), e.what());
+  }
+}
+
+Checkpoint Checkpoint::open(const std::string& dir) {
+  Checkpoint c;
+  c.dir = dir;
+  const std::string cfg = dir + "/config.json";
+  c.config_json = read_json_file(cfg);
+  c.hp = parse_config(c.config_json, cfg, &c.hparams);
 
   std::set<std::string> index_names;
   std::map<std::string, size_t> seen;

@@ -70,6 +70,11 @@ struct Checkpoint {
 // 10000, and rope_type). llama.cpp's converter reads these values, not the raw file. Exposed for tests.
 OJson glm_autoconfig(const OJson& raw);
 
+// The geometry of config.json's object `top` (`file` names it in errors): the model type checked, text_config merged
+// over the top level (into *hparams when given: what llama.cpp's converter reads; for glm_moe_dsa after
+// glm_autoconfig), every key the architecture needs read and range-checked. Throws Error naming the file and key.
+HParams parse_config(const OJson& top, const std::string& file, OJson* hparams = nullptr);
+
 // Parses a JSON file; throws Error naming it (missing, unreadable, malformed).
 OJson read_json_file(const std::string& path);
 bool file_exists(const std::string& path);

@@ -145,9 +145,21 @@ std::vector<std::string> merges(const OJson& tok, const std::string& file) {
   return out;
 }
 
-}  // namespace
+// The id of the first (or the last) entry of added_tokens with this content, or null; an entry without an "id" is
+// no match (not an undefined lookup).
+const OJson* added_id(const OJson& added, const std::string& content, bool last = false) {
+  const OJson* found = nullptr;
+  if (!added.is_array()) return found;
+  for (const auto& a : added)
+    if (a.is_object() && a.value("content", "") == content)
+      if (const auto it = a.find("id"); it != a.end()) {
+        found = &*it;
+        if (!last) break;
+      }
+  return found;
+}
 
-KeyValues build_vocab(const Checkpoint& ck, const VocabOptions& vo) {
+KeyValues build_vocab_checked(const Checkpoint& ck, const VocabOptions& vo) {
   KeyValues kv;
   const std::string tfile = ck.dir + "/tokenizer.json";
   const OJson tok = read_json_file(tfile);
@@ -198,11 +210,7 @@ KeyValues build_vocab(const Checkpoint& ck, const VocabOptions& vo) {
       if (e->is_string()) content = e->get<std::string>();
       else if (e->is_object() && e->contains("content") && (*e)["content"].is_string()) content = (*e)["content"].get<std::string>();
       else continue;
-      for (const auto& a : added)
-        if (a.value("content", "") == content) {
-          set_id(typ, a["id"]);
-          break;
-        }
+      if (const OJson* id = added_id(added, content)) set_id(typ, *id);
     }
   }
   const OJson& cfg = ck.config_json;  // SpecialVocab reads config.json as written: the root, then text_config
@@ -218,9 +226,7 @@ KeyValues build_vocab(const Checkpoint& ck, const VocabOptions& vo) {
     const OJson added = tok.contains("added_tokens") ? tok["added_tokens"] : OJson::array();
     for (const auto& [typ, content] : {std::pair<const char*, const char*>{"bos", "[gMASK]"}, {"eot", "<|user|>"},
                                        {"unk", "<|endoftext|>"}, {"eom", "<|observation|>"}}) {
-      const OJson* id = nullptr;
-      for (const auto& a : added)
-        if (a.value("content", "") == content) id = &a["id"];
+      const OJson* id = added_id(added, content, /*last=*/true);  // get_added_vocab(): a dict, the last one wins
       if (!id) fail("%s: no added token '%s' (GLM's %s token)", tfile.c_str(), content, typ);
       set_id(typ, *id);
     }
@@ -246,6 +252,16 @@ KeyValues build_vocab(const Checkpoint& ck, const VocabOptions& vo) {
     else if (!tmpl.is_null()) fail("%s: chat_template lists named templates; only a single template is supported", cfile.c_str());
   }
   return kv;
+}
+
+}  // namespace
+
+KeyValues build_vocab(const Checkpoint& ck, const VocabOptions& vo) {
+  try {
+    return build_vocab_checked(ck, vo);
+  } catch (const nlohmann::json::exception& e) {  // a value of another JSON type than the key takes
+    fail("%s: tokenizer.json, tokenizer_config.json or config.json: %s", ck.dir.c_str(), e.what());
+  }
 }
 
 }  // namespace tern::convert
