@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # fuzz.sh [SECONDS] [TARGET...]: builds the libFuzzer targets with clang and runs each (or the named ones: gguf,
-# safetensors, chat_output, tokenizer, jinja, api, json_schema) for SECONDS on its corpus (kept between runs in
-# $FUZZ_BUILD/corpus/<target>) plus its seeds fuzz/seeds/<target>/, with the dictionary fuzz/<target>.dict if there
-# is one. A finding is written as crash-*/timeout-*/oom-* in the current directory and fails the script.
+# safetensors, chat_output, tokenizer, jinja, api, json_schema, hf_files) for SECONDS on its corpus (kept between
+# runs in $FUZZ_BUILD/corpus/<target>) plus its seeds fuzz/seeds/<target>/, with the dictionary fuzz/<target>.dict if
+# there is one. A finding is written as crash-*/timeout-*/oom-* in the current directory and fails the script.
 # FUZZ_BUILD: the build directory (default build-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
