@@ -5,6 +5,7 @@
 #include "convert/metadata.h"
 
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <set>
 
@@ -28,6 +29,13 @@ uint32_t as_u32(const OJson& v, const char* what) {
 float as_f32(const OJson& v, const char* what) {
   if (!v.is_number()) fail("config.json: %s = %s is not a number", what, v.dump().c_str());
   return static_cast<float>(v.get<double>());
+}
+// int(head_dim * partial_rotary_factor), as the converter computes rope.dimension_count; the factor must be a number
+// in (0, 1] (a larger or non-finite one would make the product no dimension count, or overflow the conversion).
+uint32_t rotary_dims(int64_t head_dim, const OJson& factor) {
+  if (!factor.is_number() || !(factor.get<double>() > 0.0 && factor.get<double>() <= 1.0))
+    fail("config.json: partial_rotary_factor = %s is not a number in (0, 1]", factor.dump().c_str());
+  return static_cast<uint32_t>(static_cast<int64_t>(static_cast<double>(head_dim) * factor.get<double>()));
 }
 
 // gguf-py model_weight_count_rounded_notation(n, min_digits=2).
@@ -94,7 +102,12 @@ OJson add_text_model(Ctx& c, const OJson& h, const Plan& plan, FileType ft) {
   }
   if (rope.contains("mrope_section")) {
     std::vector<int32_t> s;
-    for (const auto& x : rope["mrope_section"]) s.push_back(static_cast<int32_t>(x.get<int64_t>()));
+    if (!rope["mrope_section"].is_array()) fail("config.json: mrope_section is not a list");
+    for (const auto& x : rope["mrope_section"]) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+        fail("config.json: mrope_section entry %s is not a non-negative 32-bit integer", x.dump().c_str());
+      s.push_back(static_cast<int32_t>(x.get<int64_t>()));
+    }
     while (s.size() < 4) s.push_back(0);
     s.resize(4);
     c.add(c.arch + ".rope.dimension_sections", gguf::Node::array_of<int32_t>(s));
@@ -140,8 +153,8 @@ void add_qwen(Ctx& c, const Checkpoint& ck, const Plan& plan, const OJson& rope)
     c.add(c.arch + ".attention.recurrent_layers", gguf::Node::array_of_bool(rec));
   }
   c.u32("full_attention_interval", static_cast<uint32_t>(hp.full_attention_interval));
-  const double prf = rope.contains("partial_rotary_factor") ? rope["partial_rotary_factor"].get<double>() : 0.25;
-  c.u32("rope.dimension_count", static_cast<uint32_t>(static_cast<int64_t>(static_cast<double>(hp.head_dim) * prf)));
+  c.u32("rope.dimension_count",
+        rotary_dims(hp.head_dim, rope.contains("partial_rotary_factor") ? rope["partial_rotary_factor"] : OJson(0.25)));
   if (!rope.contains("mrope_section") && !hp.next()) {  // Qwen3-Next has plain RoPE (no MRoPE mixin)
     const std::vector<int32_t> def = {11, 11, 10, 0};  // llama.cpp _Qwen35MRopeMixin default
     c.add(c.arch + ".rope.dimension_sections", gguf::Node::array_of<int32_t>(def));
@@ -178,10 +191,7 @@ void add_glm(Ctx& c, const Checkpoint& ck, const Plan& plan, const OJson& rope) 
     c.f32("rope.scaling.yarn_log_multiplier", static_cast<float>(0.1 * ms.get<double>()));
   }
   // GlmMoeDsaModel.
-  const OJson prf = rope.value("partial_rotary_factor", OJson(1.0));
-  if (!prf.is_number()) fail("config.json: partial_rotary_factor = %s is not a number", prf.dump().c_str());
-  c.u32("rope.dimension_count",
-        static_cast<uint32_t>(static_cast<int64_t>(static_cast<double>(hp.qk_rope) * prf.get<double>())));
+  c.u32("rope.dimension_count", rotary_dims(hp.qk_rope, rope.value("partial_rotary_factor", OJson(1.0))));
   if (plan.keep_mtp && h.contains("num_nextn_predict_layers") && !h["num_nextn_predict_layers"].is_null())
     c.u32("nextn_predict_layers", u32_of("num_nextn_predict_layers"));
   c.u32("attention.indexer.head_count", u32_of("index_n_heads"));
@@ -210,8 +220,9 @@ std::string size_label(const Plan& plan) {
   return std::to_string(expert_sum / n_expert_tensors) + "x" + rounded_notation(shared + expert);
 }
 
-KeyValues build_metadata(const Checkpoint& ck, const Plan& plan, FileType ft, const std::string& name,
-                         const VocabOptions& vo) {
+namespace {
+KeyValues build_metadata_checked(const Checkpoint& ck, const Plan& plan, FileType ft, const std::string& name,
+                                 const VocabOptions& vo) {
   Ctx c;
   c.arch = ck.hp.arch;
   c.add("general.architecture", gguf::Node::str(c.arch));
@@ -229,6 +240,16 @@ KeyValues build_metadata(const Checkpoint& ck, const Plan& plan, FileType ft, co
   c.add("general.quantization_version", gguf::Node::u32(2));  // GGML_QUANT_VERSION
   for (auto& kv : build_vocab(ck, vo)) c.kv.push_back(std::move(kv));
   return std::move(c.kv);
+}
+}  // namespace
+
+KeyValues build_metadata(const Checkpoint& ck, const Plan& plan, FileType ft, const std::string& name,
+                         const VocabOptions& vo) {
+  try {
+    return build_metadata_checked(ck, plan, ft, name, vo);
+  } catch (const nlohmann::json::exception& e) {  // a value of another JSON type than the key takes
+    fail("%s/config.json: %s", ck.dir.c_str(), e.what());
+  }
 }
 
 }  // namespace tern::convert

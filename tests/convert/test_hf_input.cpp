@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 
+#include "convert/convert.h"
 #include "convert/hf_config.h"
 #include "convert/metadata.h"
 #include "core/error.h"
@@ -116,6 +117,46 @@ TEST(ConvertInput, TokenizerFilesOfUnexpectedShapeAreErrors) {
   EXPECT_EQ(e, "");
   e = vocab_error([](OJson& tok, OJson&) { tok["post_processor"] = {{"processors", OJson::array({1})}}; }, "proc2");
   EXPECT_NE(e.find("tokenizer"), std::string::npos) << e;
+}
+
+// The GGUF metadata step (a dry-run conversion of the odd checkpoint with its config.json edited): rope values of
+// the wrong type or range are Errors naming the key, not an nlohmann exception or an out-of-range float-to-int cast.
+std::string metadata_error(const std::function<void(OJson&)>& edit, const std::string& tag) {
+  const fs::path dir = fs::temp_directory_path() / ("tern_hf_meta_" + tag + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& f : fs::directory_iterator(kHf + "odd")) fs::copy(f.path(), dir / f.path().filename());
+  OJson cfg = convert::read_json_file((dir / "config.json").string());
+  edit(cfg);
+  std::ofstream((dir / "config.json").string()) << cfg.dump();
+  convert::Options o;
+  o.input_dir = dir.string();
+  o.dry_run = true;
+  o.no_mtp = true;
+  std::string err;
+  try {
+    ::testing::internal::CaptureStdout();
+    convert::run(o);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  ::testing::internal::GetCapturedStdout();
+  fs::remove_all(dir);
+  return err;
+}
+
+TEST(ConvertInput, RopeValuesOfTheWrongTypeOrRangeAreErrors) {
+  ASSERT_EQ(metadata_error([](OJson&) {}, "as_is"), "");
+  for (const OJson& f : {OJson("half"), OJson(1e300), OJson(-0.5), OJson(0)}) {
+    const std::string e = metadata_error([&](OJson& c) { c["rope_parameters"]["partial_rotary_factor"] = f; }, "prf");
+    EXPECT_NE(e.find("partial_rotary_factor"), std::string::npos) << f.dump() << ": " << e;
+  }
+  for (const OJson& m : {OJson(3), OJson::array({1, "a", 1}), OJson::array({1, -1, 1})}) {
+    const std::string e = metadata_error([&](OJson& c) { c["rope_parameters"]["mrope_section"] = m; }, "mrope");
+    EXPECT_NE(e.find("mrope_section"), std::string::npos) << m.dump() << ": " << e;
+  }
+  const std::string e = metadata_error([](OJson& c) { c["rope_parameters"]["rope_theta"] = "large"; }, "theta");
+  EXPECT_NE(e.find("rope_theta"), std::string::npos) << e;
 }
 
 }  // namespace
