@@ -229,7 +229,8 @@ OJson glm_autoconfig(const OJson& raw) {
     } else {
       const int64_t freq = std::max<int64_t>(num("index_topk_freq", 1), 1), off = num("index_skip_topk_offset", 2);
       // More layers than a GGUF may hold are refused by read_glm_hparams (indexer_types then lists none).
-      const int64_t n_layer = num("num_hidden_layers", 0) <= int64_t{gguf::kMaxLayers} ? num("num_hidden_layers", 0) : 0;
+      int64_t n_layer = num("num_hidden_layers", 0);
+      if (n_layer > int64_t{gguf::kMaxLayers}) n_layer = 0;
       for (int64_t i = 0; i < n_layer; ++i)
         types.push_back(std::max<int64_t>(i - off + 1, 0) % freq == 0 ? "full" : "shared");
     }
@@ -279,11 +280,7 @@ HParams parse_config_checked(const OJson& top, const std::string& file, OJson* h
 }  // namespace
 
 HParams parse_config(const OJson& top, const std::string& file, OJson* hparams_out) {
-  try {
-    return parse_config_checked(top, file, hparams_out);
-  } catch (const nlohmann::json::exception& e) {  // a value of another JSON type than the key takes
-    fail("%s: %s", file.c_str(), e.what());
-  }
+  return json_checked(file, [&] { return parse_config_checked(top, file, hparams_out); });
 }
 
 Checkpoint Checkpoint::open(const std::string& dir) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "formats/safetensors.h"
 
 namespace tern::convert {
@@ -74,6 +75,17 @@ OJson glm_autoconfig(const OJson& raw);
 // over the top level (into *hparams when given: what llama.cpp's converter reads; for glm_moe_dsa after
 // glm_autoconfig), every key the architecture needs read and range-checked. Throws Error naming the file and key.
 HParams parse_config(const OJson& top, const std::string& file, OJson* hparams = nullptr);
+
+// f(), with an nlohmann exception (a value of another JSON type than its key takes) turned into an Error naming
+// `where`: the boundary of each step that reads a checkpoint's JSON files.
+template <class F>
+auto json_checked(const std::string& where, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const nlohmann::json::exception& e) {
+    fail("%s: %s", where.c_str(), e.what());
+  }
+}
 
 // Parses a JSON file; throws Error naming it (missing, unreadable, malformed).
 OJson read_json_file(const std::string& path);

@@ -245,11 +245,7 @@ KeyValues build_metadata_checked(const Checkpoint& ck, const Plan& plan, FileTyp
 
 KeyValues build_metadata(const Checkpoint& ck, const Plan& plan, FileType ft, const std::string& name,
                          const VocabOptions& vo) {
-  try {
-    return build_metadata_checked(ck, plan, ft, name, vo);
-  } catch (const nlohmann::json::exception& e) {  // a value of another JSON type than the key takes
-    fail("%s/config.json: %s", ck.dir.c_str(), e.what());
-  }
+  return json_checked(ck.dir + "/config.json", [&] { return build_metadata_checked(ck, plan, ft, name, vo); });
 }
 
 }  // namespace tern::convert

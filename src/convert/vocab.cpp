@@ -257,11 +257,8 @@ KeyValues build_vocab_checked(const Checkpoint& ck, const VocabOptions& vo) {
 }  // namespace
 
 KeyValues build_vocab(const Checkpoint& ck, const VocabOptions& vo) {
-  try {
-    return build_vocab_checked(ck, vo);
-  } catch (const nlohmann::json::exception& e) {  // a value of another JSON type than the key takes
-    fail("%s: tokenizer.json, tokenizer_config.json or config.json: %s", ck.dir.c_str(), e.what());
-  }
+  return json_checked(ck.dir + ": tokenizer.json, tokenizer_config.json or config.json",
+                      [&] { return build_vocab_checked(ck, vo); });
 }
 
 }  // namespace tern::convert
