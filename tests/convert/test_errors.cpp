@@ -25,27 +25,11 @@ using test::save_entries;
 
 // A copy of the odd checkpoint whose tensors `edit` may change; returns the conversion error ("" if none).
 std::string convert_error(const std::function<void(std::vector<Entry>&)>& edit, const std::string& tag) {
-  const fs::path dir = fs::temp_directory_path() / ("tern_convert_err_" + tag + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  for (const auto& f : fs::directory_iterator(std::string(TERN_FIXTURES_DIR) + "/hf/odd")) fs::copy(f.path(), dir / f.path().filename());
+  const fs::path dir = test::copy_checkpoint("odd", "convert_err_" + tag);
   auto v = load_entries((dir / "model.safetensors").string());
   edit(v);
   save_entries((dir / "model.safetensors").string(), v);
-  convert::Options o;
-  o.input_dir = dir.string();
-  o.dry_run = true;  // every check here happens before data is read
-  o.no_mtp = true;   // the fixture's stand-in mtp.* tensors (wrong shapes) are dropped, as llama.cpp --no-mtp
-  std::string err;
-  try {
-    ::testing::internal::CaptureStdout();
-    convert::run(o);
-  } catch (const Error& e) {
-    err = e.what();
-  }
-  ::testing::internal::GetCapturedStdout();
-  fs::remove_all(dir);
-  return err;
+  return test::dry_run_error(dir);  // every check here happens before data is read
 }
 
 TEST(ConvertErrors, UnchangedCopyConverts) { EXPECT_EQ(convert_error([](auto&) {}, "none"), ""); }

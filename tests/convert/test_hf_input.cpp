@@ -11,7 +11,7 @@
 #include <limits>
 #include <string>
 
-#include "convert/convert.h"
+#include "convert/checkpoint_edit.h"
 #include "convert/hf_config.h"
 #include "convert/metadata.h"
 #include "core/error.h"
@@ -80,10 +80,7 @@ TEST(ConvertInput, GlmConfigNumbersAreBoundedBeforeTheyAreUsed) {
 
 // build_vocab on the odd checkpoint's files after edits to tokenizer.json / tokenizer_config.json.
 std::string vocab_error(const std::function<void(OJson& tok, OJson& tok_cfg)>& edit, const std::string& tag) {
-  const fs::path dir = fs::temp_directory_path() / ("tern_hf_input_" + tag + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  for (const auto& f : fs::directory_iterator(kHf + "odd")) fs::copy(f.path(), dir / f.path().filename());
+  const fs::path dir = test::copy_checkpoint("odd", "hf_input_" + tag);
   OJson tok = convert::read_json_file((dir / "tokenizer.json").string());
   OJson tok_cfg = convert::read_json_file((dir / "tokenizer_config.json").string());
   edit(tok, tok_cfg);
@@ -122,27 +119,11 @@ TEST(ConvertInput, TokenizerFilesOfUnexpectedShapeAreErrors) {
 // The GGUF metadata step (a dry-run conversion of the odd checkpoint with its config.json edited): rope values of
 // the wrong type or range are Errors naming the key, not an nlohmann exception or an out-of-range float-to-int cast.
 std::string metadata_error(const std::function<void(OJson&)>& edit, const std::string& tag) {
-  const fs::path dir = fs::temp_directory_path() / ("tern_hf_meta_" + tag + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  for (const auto& f : fs::directory_iterator(kHf + "odd")) fs::copy(f.path(), dir / f.path().filename());
+  const fs::path dir = test::copy_checkpoint("odd", "hf_meta_" + tag);
   OJson cfg = convert::read_json_file((dir / "config.json").string());
   edit(cfg);
   std::ofstream((dir / "config.json").string()) << cfg.dump();
-  convert::Options o;
-  o.input_dir = dir.string();
-  o.dry_run = true;
-  o.no_mtp = true;
-  std::string err;
-  try {
-    ::testing::internal::CaptureStdout();
-    convert::run(o);
-  } catch (const Error& e) {
-    err = e.what();
-  }
-  ::testing::internal::GetCapturedStdout();
-  fs::remove_all(dir);
-  return err;
+  return test::dry_run_error(dir);
 }
 
 TEST(ConvertInput, RopeValuesOfTheWrongTypeOrRangeAreErrors) {
