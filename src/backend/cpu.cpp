@@ -107,7 +107,6 @@ std::unique_ptr<CpuBuffer> CpuBuffer::make(BufferKind kind, size_t n, std::share
   return std::unique_ptr<CpuBuffer>(new CpuBuffer(kind, n, data, small, std::move(big), std::move(live)));
 }
 
-constexpr int64_t kRowChunk = 16;  // rows of one matrix per grouped-FFN task (a multiple of the 8-row groups)
 
 class CpuBackend final : public Backend {
  public:
@@ -336,7 +335,9 @@ void gemm_rows(const Matrix& w, const uint8_t* xq, const int32_t* rows, int64_t 
   }
 }
 
-int64_t chunks(int64_t n) { return (n + kRowChunk - 1) / kRowChunk; }
+// Rows of one matrix per grouped-FFN task, for a job of m tokens (quant::task_rows: a multiple of the 8-row groups).
+int64_t task_rows(const Matrix& w, int64_t m) { return quant::task_rows(w.row_bytes, m); }
+int64_t chunks(int64_t n, int64_t rows) { return (n + rows - 1) / rows; }
 
 // Every job's gate+up (with SwiGLU), then every job's down, as three parallel passes over fixed (job, row chunk)
 // tasks: each output element is one gemm call's, so results never depend on the threads. Jobs read their tokens'
@@ -363,22 +364,24 @@ void CpuBackend::swiglu_ffns(const std::vector<FfnJob>& jobs, const float* x, in
     h_rows = std::max(h_rows, jobs[i].out_off + jobs[i].m);
   }
 
-  // gate and up rows of a chunk into per-thread [m, kRowChunk] tiles, SwiGLU into h [h_rows, F] (each job's m
-  // rows at out_off).
+  // gate and up rows of a task into per-thread [m, rows] tiles, SwiGLU into h [h_rows, F] (each job's m rows at
+  // out_off).
   std::vector<std::pair<int32_t, int32_t>> tasks;
   for (size_t i = 0; i < jobs.size(); ++i)
-    for (int64_t c = 0; c < chunks(jobs[i].gate.n_out); ++c) tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(c)});
+    for (int64_t c = 0; c < chunks(jobs[i].gate.n_out, task_rows(jobs[i].gate, jobs[i].m)); ++c)
+      tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(c)});
   float* h = grow(h_, h_rows * F);
   parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t k) {
     const FfnJob& j = jobs[tasks[k].first];
-    const int64_t r0 = tasks[k].second * kRowChunk, r1 = std::min(j.gate.n_out, r0 + kRowChunk);
+    const int64_t rows = task_rows(j.gate, j.m);
+    const int64_t r0 = tasks[k].second * rows, r1 = std::min(j.gate.n_out, r0 + rows);
     thread_local std::vector<float> tg, tu;
-    float* g = grow(tg, j.m * kRowChunk);
-    float* u = grow(tu, j.m * kRowChunk);
-    gemm_rows(j.gate, gate_in[tasks[k].first], j.tokens, j.m, r0, r1, g, kRowChunk);
-    gemm_rows(j.up, up_in[tasks[k].first], j.tokens, j.m, r0, r1, u, kRowChunk);
+    float* g = grow(tg, j.m * rows);
+    float* u = grow(tu, j.m * rows);
+    gemm_rows(j.gate, gate_in[tasks[k].first], j.tokens, j.m, r0, r1, g, rows);
+    gemm_rows(j.up, up_in[tasks[k].first], j.tokens, j.m, r0, r1, u, rows);
     for (int64_t t = 0; t < j.m; ++t)
-      ops::swiglu(g + t * kRowChunk, u + t * kRowChunk, h + (j.out_off + t) * F + r0, r1 - r0);
+      ops::swiglu(g + t * rows, u + t * rows, h + (j.out_off + t) * F + r0, r1 - r0);
   });
 
   if (mid) {  // tensor parallel: every rank's SwiGLU columns (each job's gate width must be the same F)
@@ -409,10 +412,12 @@ void CpuBackend::swiglu_ffns(const std::vector<FfnJob>& jobs, const float* x, in
   });
   tasks.clear();
   for (size_t i = 0; i < jobs.size(); ++i)
-    for (int64_t c = 0; c < chunks(jobs[i].down.n_out); ++c) tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(c)});
+    for (int64_t c = 0; c < chunks(jobs[i].down.n_out, task_rows(jobs[i].down, jobs[i].m)); ++c)
+      tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(c)});
   parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t k) {
     const FfnJob& j = jobs[tasks[k].first];
-    const int64_t r0 = tasks[k].second * kRowChunk, r1 = std::min(j.down.n_out, r0 + kRowChunk);
+    const int64_t rows = task_rows(j.down, j.m);
+    const int64_t r0 = tasks[k].second * rows, r1 = std::min(j.down.n_out, r0 + rows);
     gemm_rows(j.down, dq + dn_off[tasks[k].first], nullptr, j.m, r0, r1, out + j.out_off * D + r0, D);
   });
 }

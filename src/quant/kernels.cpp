@@ -177,11 +177,17 @@ void matmul(Type w, const void* W, size_t w_row_stride, int64_t n_out, int64_t n
   if (w_row_stride < row_size(traits(w), n_in))
     fail("matmul: weight row stride %zu shorter than a %s row of %lld", w_row_stride, type_name(w),
          static_cast<long long>(n_in));
-  const int64_t n_chunks = (n_out + kMatmulRowChunk - 1) / kMatmulRowChunk;
+  const int64_t per = task_rows(w_row_stride, n_tok), n_chunks = (n_out + per - 1) / per;
   parallel_for(n_chunks, [&](int64_t c) {
-    const int64_t r0 = c * kMatmulRowChunk, r1 = std::min(n_out, r0 + kMatmulRowChunk);
+    const int64_t r0 = c * per, r1 = std::min(n_out, r0 + per);
     fn(GemmArgs{W, w_row_stride, xq, xq_stride, n_in, r0, r1, n_tok, y, n_out});
   });
+}
+
+int64_t task_rows(size_t row_bytes, int64_t n_tok) {
+  const size_t per_token = std::max<size_t>(row_bytes, 1) * static_cast<size_t>(std::max<int64_t>(n_tok, 1));
+  const auto rows = static_cast<int64_t>((kTaskStreamBytes + per_token - 1) / per_token);
+  return std::max<int64_t>(1, (rows + kMatmulRowChunk - 1) / kMatmulRowChunk) * kMatmulRowChunk;
 }
 
 Isa active_isa() { return engine_isa(); }  // chosen and logged once in core, shared with ops

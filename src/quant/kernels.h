@@ -34,10 +34,18 @@ void gemm(Type w, const void* W, size_t w_row_stride, const void* xq, size_t xq_
           int64_t row_begin, int64_t row_end, int64_t n_tok, float* y, int64_t ldy, Isa isa,
           const int32_t* x_rows = nullptr, int64_t y_col0 = 0);
 
+// Rows per parallel task of a matrix product: a multiple of kMatmulRowChunk, large enough that a task does at least
+// the work of streaming kTaskStreamBytes of weights at one token (rows of row_bytes bytes, n_tok tokens). At one
+// token, 16-row tasks (18 KB of a 2048-wide Q4_0 matrix) taken in turn by two threads cut each thread's reads into
+// short runs: the DeltaNet in-projections streamed at ~29 GB/s while the LM head, in long runs, reached 37-62 (Zen 5;
+// docs/BENCHMARKS.md). Rows only split the output, so results never depend on it.
+constexpr int64_t kMatmulRowChunk = 16;
+constexpr size_t kTaskStreamBytes = 128 << 10;
+int64_t task_rows(size_t row_bytes, int64_t n_tok);
+
 // y: [n_tok, n_out] = x: [n_tok, n_in] f32 times W^T (W: [n_out, n_in] rows of w_row_stride bytes).
 // Quantizes x into a thread-local scratch buffer (reused across calls) and splits output rows across
-// tern::parallel_for in fixed chunks (kMatmulRowChunk rows), so results never depend on the thread count.
-constexpr int64_t kMatmulRowChunk = 16;
+// tern::parallel_for in fixed tasks of task_rows() rows, so results never depend on the thread count.
 void matmul(Type w, const void* W, size_t w_row_stride, int64_t n_out, int64_t n_in, const float* x,
             int64_t n_tok, float* y, Isa isa);
 

@@ -412,7 +412,8 @@ void matmul_repacked(Type w, const void* packed, int64_t n_out, int64_t n_in, co
   if (scratch.size() < stride * n_tok) scratch.resize(stride * n_tok);
   uint8_t* xq = scratch.data();
   parallel_for(n_tok, [&](int64_t t) { quantize_act_repacked(w, x + t * n_in, xq + t * stride, n_in, isa); });
-  const int64_t groups = (n_out + kRepackRows - 1) / kRepackRows, per = kMatmulRowChunk / kRepackRows;
+  const int64_t groups = (n_out + kRepackRows - 1) / kRepackRows;
+  const int64_t per = task_rows(repacked_bytes(w, kRepackRows, n_in) / kRepackRows, n_tok) / kRepackRows;
   const int64_t n_chunks = (groups + per - 1) / per;
   parallel_for(n_chunks, [&](int64_t c) {
     gemm_repacked(w, packed, n_out, n_in, xq, stride, c * per, std::min(groups, c * per + per), n_tok, y, n_out, isa);

@@ -79,7 +79,7 @@ void gemm_repacked(Type w, const void* packed, int64_t n_rows, int64_t n_in, con
                    const int32_t* x_rows = nullptr, int64_t y_col0 = 0);
 
 // y: [n_tok, n_out] = x: [n_tok, n_in] f32 times the repacked W^T: quantize_act_repacked into a thread-local
-// scratch, then gemm_repacked over fixed chunks of kMatmulRowChunk rows on tern::parallel_for.
+// scratch, then gemm_repacked over fixed tasks of task_rows() rows (quant/kernels.h) on tern::parallel_for.
 void matmul_repacked(Type w, const void* packed, int64_t n_out, int64_t n_in, const float* x, int64_t n_tok,
                      float* y, Isa isa);
 

@@ -18,6 +18,7 @@
 #include "ops/activation.h"
 #include "ops/delta_rule.h"
 #include "quant/convert.h"
+#include "quant/kernels.h"
 #include "quant/types.h"
 
 namespace fs = std::filesystem;
@@ -221,6 +222,49 @@ TEST(BackendOps, DeltaGatesSplitBaAndCombine) {
       for (int64_t d = 0; d < D; ++d) wy[t * D + d] += w[t * K + k] * out[slot[t * K + k] * D + d];
   be->moe_combine(out.data(), slot.data(), w.data(), rows, K, D, y.data());
   EXPECT_EQ(y, wy);
+}
+
+// Grouped expert FFNs: each job's output is SwiGLU(x W_gate, x W_up) W_down through the backend's own matmuls, bit
+// for bit, for a one-token job (tasks of hundreds of rows: quant::task_rows streams ~128 KB a task at one token),
+// a job of a few tokens (16-row tasks) and a subset of the batch's rows; matrices long enough that every pass
+// has several tasks and a short last one, repacked as the engine holds them.
+TEST(BackendOps, GroupedFfnsEqualThreeMatmulsAtAnyTaskSize) {
+  auto be = backend::make_backend("cpu");
+  const quant::Type t = quant::Type::Q4_0;
+  const int64_t D = 288, F = 2016, n_rows = 5;  // gate/up: 288 -> 2016 (162 B rows); down: 2016 -> 288
+  std::vector<std::unique_ptr<backend::Buffer>> keep;
+  auto make = [&](int64_t n_out, int64_t n_in, uint32_t seed, std::vector<uint8_t>& file) {
+    const std::vector<float> w = random_floats(n_out * n_in, seed);
+    const size_t rb = quant::row_size(quant::traits(t), n_in);
+    file.resize(rb * n_out);
+    for (int64_t r = 0; r < n_out; ++r) quant::quantize_row_ref(t, w.data() + r * n_in, file.data() + r * rb, n_in);
+    backend::Matrix m;
+    m.type = t, m.data = file.data(), m.n_in = n_in, m.n_out = n_out, m.row_bytes = rb;
+    keep.push_back(be->alloc(BufferKind::kWeights, be->repacked_bytes(m)));
+    return be->repack_into(m, keep.back()->data(), true);
+  };
+  std::vector<uint8_t> fg, fu, fd;
+  const backend::Matrix gate = make(F, D, 21, fg), up = make(F, D, 22, fu), down = make(D, F, 23, fd);
+  ASSERT_GT(F, 2 * quant::task_rows(gate.row_bytes, 1));  // several tasks at one token, and a short last one
+  ASSERT_GT(D, quant::task_rows(down.row_bytes, 1));
+  const std::vector<float> x = random_floats(n_rows * D, 24);
+  const std::vector<int32_t> pick = {4, 1, 3};
+  std::vector<backend::FfnJob> jobs(3);
+  jobs[0] = {gate, up, down, pick.data(), 1, 0};          // one token: long tasks
+  jobs[1] = {gate, up, down, pick.data(), 3, 1};          // three tokens of the batch
+  jobs[2] = {gate, up, down, nullptr, 2, 4};              // batch rows 0 and 1
+  std::vector<float> out(6 * D, 99.0f);
+  be->swiglu_ffns(jobs, x.data(), n_rows, D, out.data(), false, nullptr);
+  // The oracle: each output row's token alone through matmul, SwiGLU, matmul.
+  const int32_t rows_of[6] = {4, 4, 1, 3, 0, 1};
+  for (int64_t o = 0; o < 6; ++o) {
+    std::vector<float> g(F), u(F), y(D);
+    be->matmul(gate, x.data() + rows_of[o] * D, 1, g.data());
+    be->matmul(up, x.data() + rows_of[o] * D, 1, u.data());
+    ops::swiglu(g.data(), u.data(), g.data(), F);
+    be->matmul(down, g.data(), 1, y.data());
+    for (int64_t d = 0; d < D; ++d) ASSERT_EQ(out[o * D + d], y[d]) << "output row " << o << " column " << d;
+  }
 }
 
 // Grouped value heads (qwen3next): value head p pairs with key head p / R. Oracle: the verified kernel run on each

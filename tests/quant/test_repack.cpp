@@ -327,4 +327,49 @@ TEST(Repack, MatmulIndependentOfThreads) {
   set_n_threads(saved);
 }
 
+// Tasks of a matrix product (quant::task_rows): whole 16-row chunks, at least ~128 KB of weights' work at one token
+// (long runs of a matrix per thread), 16 rows once the tokens make a chunk's work that large.
+TEST(Repack, TaskRowsStreamLongRunsAtOneToken) {
+  for (size_t rb : {size_t{18}, size_t{144}, size_t{1152}, size_t{2176}, size_t{8192}, size_t{1} << 20})
+    for (int64_t n_tok : {1, 2, 4, 16, 512}) {
+      const int64_t r = task_rows(rb, n_tok);
+      ASSERT_EQ(r % kMatmulRowChunk, 0) << rb << " " << n_tok;
+      ASSERT_GE(r * static_cast<int64_t>(rb) * n_tok, static_cast<int64_t>(kTaskStreamBytes)) << rb;
+      if (r > kMatmulRowChunk) {  // no larger than it needs to be
+        ASSERT_LT((r - kMatmulRowChunk) * static_cast<int64_t>(rb) * n_tok, static_cast<int64_t>(kTaskStreamBytes)) << rb;
+      }
+    }
+  EXPECT_EQ(task_rows(1152, 1), 128);  // a 2048-wide Q4_0 row: 128 rows, 144 KB
+  EXPECT_EQ(task_rows(1152, 512), kMatmulRowChunk);
+}
+
+// One token over a matrix of several long tasks and a short last one gives the bits of one gemm over all groups,
+// at 1 and 3 threads, for every type.
+TEST(Repack, OneTokenInLongTasksEqualsOneGemm) {
+  std::mt19937 rng(7);
+  const int saved = n_threads();
+  for (Type t : kTypes) {
+    const int64_t n_in = 256, n_tok = 1;
+    const int64_t per = task_rows(repacked_bytes(t, kRepackRows, n_in) / kRepackRows, n_tok);
+    const int64_t n_rows = 2 * per + 40;
+    const auto w = random_rows(t, n_rows, n_in, rng);
+    std::vector<uint8_t> packed(repacked_bytes(t, n_rows, n_in));
+    repack(t, w.data(), row_size(traits(t), n_in), n_rows, n_in, packed.data());
+    const auto x = random_acts(n_in, rng);
+    std::vector<uint8_t> xq(repacked_act_row_bytes(t, n_in));
+    quantize_act_repacked(t, x.data(), xq.data(), n_in, best_isa());
+    std::vector<float> want(n_rows);
+    gemm_repacked(t, packed.data(), n_rows, n_in, xq.data(), xq.size(), 0, n_rows / kRepackRows, 1, want.data(), n_rows,
+                  best_isa());
+    for (int threads : {1, 3}) {
+      set_n_threads(threads);
+      std::vector<float> y(n_rows, -1.0f);
+      matmul_repacked(t, packed.data(), n_rows, n_in, x.data(), n_tok, y.data(), best_isa());
+      for (int64_t i = 0; i < n_rows; ++i)
+        ASSERT_EQ(bits(y[i]), bits(want[i])) << type_name(t) << " threads " << threads << " row " << i;
+    }
+  }
+  set_n_threads(saved);
+}
+
 }  // namespace
