@@ -107,7 +107,6 @@ std::unique_ptr<CpuBuffer> CpuBuffer::make(BufferKind kind, size_t n, std::share
   return std::unique_ptr<CpuBuffer>(new CpuBuffer(kind, n, data, small, std::move(big), std::move(live)));
 }
 
-
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return std::string("cpu (") + isa_name(quant::active_isa()) + ")"; }
